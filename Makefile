@@ -1,0 +1,101 @@
+# ib_cm — build, install, test. `make help` lists the targets.
+#
+#   make run      the main job: ibcm-cmtime on the in-process fabric (installs
+#                 what it needs first)
+#   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind
+
+PREFIX   ?= /usr/local
+BUILD    ?= $(CURDIR)/build
+STAGE    := $(BUILD)/stage
+VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+CARGO    ?= cargo
+CBINDGEN ?= cbindgen
+RELEASE  := target/release
+CONNECTIONS ?= 10000
+
+.PHONY: all deps lib header header-check install stage c-build run check \
+        rust-check c-check c-asan c-valgrind symbols-check clean help
+
+all: lib
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+deps:
+	@scripts/install-deps.sh
+
+lib:
+	$(CARGO) build --release --locked
+
+header:
+	$(CBINDGEN) --config cbindgen.toml --quiet --output include/rdma/ib_cm.h .
+
+# The committed header must be exactly what cbindgen generates now.
+header-check:
+	@tmp=$$(mktemp) && $(CBINDGEN) --config cbindgen.toml --quiet --output $$tmp . && \
+	  if cmp -s $$tmp include/rdma/ib_cm.h; then echo "header: up to date"; rm -f $$tmp; \
+	  else diff -u include/rdma/ib_cm.h $$tmp | head -40; rm -f $$tmp; \
+	       echo "header: include/rdma/ib_cm.h is stale: run make header"; exit 1; fi
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/rdma
+	install -m 0755 $(RELEASE)/libib_cm.so $(DESTDIR)$(PREFIX)/lib/libib_cm.so.$(VERSION)
+	ln -sf libib_cm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libib_cm.so.0
+	ln -sf libib_cm.so.0 $(DESTDIR)$(PREFIX)/lib/libib_cm.so
+	install -m 0644 $(RELEASE)/libib_cm.a $(DESTDIR)$(PREFIX)/lib/libib_cm.a
+	install -m 0644 include/rdma/ib_cm.h $(DESTDIR)$(PREFIX)/include/rdma/ib_cm.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ib_cm.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ib_cm.pc
+
+# An installation under build/stage that the C suite builds against.
+stage:
+	$(MAKE) install PREFIX=$(STAGE)
+
+# The exported symbols are exactly the API.
+symbols-check: stage
+	@nm -D --defined-only $(STAGE)/lib/libib_cm.so | awk '{print $$3}' | sed 's/@.*//' | \
+	  grep -v '^IBCM_' | sort > $(BUILD)/symbols.txt
+	@if diff -u c-tests/exported-symbols.txt $(BUILD)/symbols.txt; then \
+	  echo "symbols: $$(wc -l < $(BUILD)/symbols.txt) exported, as listed"; \
+	else echo "symbols: exported set differs from c-tests/exported-symbols.txt"; exit 1; fi
+	@readelf -d $(STAGE)/lib/libib_cm.so.0 | grep -q 'SONAME.*\[libib_cm.so.0\]' && echo "soname: libib_cm.so.0"
+
+# $(1): build dir, $(2): extra cmake args
+define c_suite
+	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig cmake -S c-tests -B $(1) -DCMAKE_BUILD_TYPE=Debug $(2) >/dev/null
+	cmake --build $(1) -j2 >/dev/null
+	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE softroce
+endef
+
+c-build: stage
+	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig cmake -S c-tests -B $(BUILD)/c -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(BUILD)/c -j2
+
+c-check: stage
+	$(call c_suite,$(BUILD)/c,)
+
+c-asan: stage
+	$(call c_suite,$(BUILD)/c-asan,-DIBCM_SANITIZE=address)
+
+c-valgrind: stage
+	$(call c_suite,$(BUILD)/c-valgrind,-DIBCM_VALGRIND=ON)
+
+rust-check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) test --locked
+
+run: deps c-build
+	LD_LIBRARY_PATH=$(STAGE)/lib $(BUILD)/c/ibcm-cmtime -c $(CONNECTIONS)
+
+check: deps
+	$(MAKE) rust-check
+	$(MAKE) header-check
+	$(MAKE) symbols-check
+	$(MAKE) c-check
+	$(MAKE) c-asan
+	$(MAKE) c-valgrind
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD)

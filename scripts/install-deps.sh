@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing ib_cm needs on a fresh Debian 12 machine
+# that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils, a
+# pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
+# everything is present.
+set -euo pipefail
+
+CBINDGEN_VERSION=0.29.4
+need_apt=()
+for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils readelf:binutils; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
+done
+if ((${#need_apt[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "install-deps: apt-get install ${need_apt[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! cbindgen --version 2>/dev/null | grep -qx "cbindgen $CBINDGEN_VERSION"; then
+  echo "install-deps: cargo install cbindgen $CBINDGEN_VERSION"
+  cargo install --quiet --locked cbindgen --version "$CBINDGEN_VERSION"
+fi
+
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    echo "install-deps: rustup component add $component"
+    rustup component add "$component"
+  fi
+done

@@ -1,0 +1,91 @@
+//! `ib_destroy_cm_id()` (`cm_destroy_id`): leave every state the way the
+//! kernel does, then forget the id.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::drep::send_drep_locked;
+use super::dreq::issue_dreq;
+use super::id::CmIdPriv;
+use super::rej::send_rej_locked;
+use super::send::cancel_msg;
+use super::tables::tables;
+use super::timewait::{enter_timewait, remove_remote};
+use super::worker::{cancel_timer, in_handler_of};
+use crate::abi::ib_cm_rej_reason::{IB_CM_REJ_CONSUMER_DEFINED, IB_CM_REJ_TIMEOUT};
+use crate::abi::ib_cm_state::*;
+use crate::abi::ib_qp_type::IB_QPT_XRC_TGT;
+
+/// Destroys `id`. `err` is what its handler returned (0 for a user call);
+/// `-ENOMEM` from a REQ handler lets the peer retry instead of rejecting.
+///
+/// Waits for a running handler of this id, unless called from inside it: then
+/// the handler finishes after the id is gone and no further event is delivered.
+pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
+    // No handler of this id starts after this; wait for one that runs.
+    {
+        let _running = (!in_handler_of(id.addr())).then(|| id.callback.lock());
+        if id.destroyed.swap(true, Ordering::AcqRel) {
+            return; // destroyed already
+        }
+    }
+    let mut l = id.lock();
+    loop {
+        match l.state() {
+            IB_CM_LISTEN => {
+                let key = (Arc::as_ptr(&id.device) as usize, l.inner.service_id);
+                tables().listen.remove(&key);
+                l.set_state(IB_CM_IDLE);
+            }
+            IB_CM_SIDR_REQ_SENT | IB_CM_SIDR_REQ_RCVD => l.set_state(IB_CM_IDLE),
+            IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
+                cancel_msg(&mut l);
+                let guid = id.device.node_guid.to_be_bytes();
+                let _ = send_rej_locked(&mut l, IB_CM_REJ_TIMEOUT as u16, &guid, &[]);
+            }
+            IB_CM_REQ_RCVD if err == -libc::ENOMEM => {
+                // Silently: the peer's REQ retry gets another chance.
+                remove_remote(&mut l);
+                l.set_state(IB_CM_IDLE);
+            }
+            IB_CM_REQ_RCVD | IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD | IB_CM_MRA_REQ_SENT
+            | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => {
+                cancel_msg(&mut l);
+                let reason = IB_CM_REJ_CONSUMER_DEFINED as u16;
+                let _ = send_rej_locked(&mut l, reason, &[], &[]);
+            }
+            IB_CM_ESTABLISHED if l.inner.qp_type == IB_QPT_XRC_TGT as i32 => {
+                l.set_state(IB_CM_IDLE);
+            }
+            IB_CM_ESTABLISHED => {
+                issue_dreq(&l);
+                enter_timewait(&mut l);
+            }
+            IB_CM_DREQ_SENT => {
+                cancel_msg(&mut l);
+                enter_timewait(&mut l);
+            }
+            IB_CM_DREQ_RCVD => {
+                let _ = send_drep_locked(&mut l, &[]);
+            }
+            IB_CM_TIMEWAIT => l.set_state(IB_CM_IDLE),
+            IB_CM_IDLE => break,
+        }
+    }
+    cancel_msg(&mut l);
+    remove_remote(&mut l);
+    if let Some(timer) = l.inner.timewait_timer.take() {
+        cancel_timer(timer);
+    }
+    l.inner.private_data = Vec::new();
+    let local_id = l.inner.local_id;
+    drop(l);
+    {
+        // After this no MAD finds the id: a retransmitted DREQ gets a
+        // stateless DREP.
+        let mut t = tables();
+        t.local.remove(&local_id);
+        t.by_addr.remove(&id.addr());
+    }
+    id.device.ids.fetch_sub(1, Ordering::AcqRel);
+}

@@ -1,0 +1,121 @@
+//! The connection manager engine: safe Rust, one file per message family,
+//! named like the kernel's `drivers/infiniband/core/cm.c`.
+//!
+//! Locks: one mutex per cm_id (its state), one global table lock; an id lock
+//! may be held while taking the table lock or queueing work, never the reverse.
+//! Handlers run on the worker thread with no lock held.
+
+mod destroy;
+pub mod device;
+mod drep;
+mod dreq;
+mod establish;
+pub mod event;
+pub mod id;
+mod listen;
+pub mod path;
+mod recv;
+mod rej;
+mod rep;
+mod req;
+mod rtu;
+mod send;
+mod tables;
+mod timewait;
+mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub use destroy::destroy_id;
+pub use drep::send_drep;
+pub use dreq::send_dreq;
+pub use establish::notify;
+pub use listen::{CM_ASSIGN_SERVICE_ID, listen};
+pub use rej::send_rej;
+pub use rep::{RepParams, send_rep};
+pub use req::{ReqParams, send_req};
+pub use rtu::send_rtu;
+pub use worker::pending;
+
+use device::Device;
+use id::{CmIdInner, CmIdPriv, Handler};
+use tables::tables;
+
+use crate::errno::{CmResult, EBUSY, EINVAL};
+
+/// Copies private data (or an ARI) into a zeroed wire field of `N` bytes.
+/// Callers checked the length; anything longer is cut, never overrun.
+pub(crate) fn pd_array<const N: usize>(data: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let n = data.len().min(N);
+    out[..n].copy_from_slice(&data[..n]);
+    out
+}
+
+fn new_id(device: Arc<Device>, handler: Handler) -> Arc<CmIdPriv> {
+    let local_id = tables().alloc_local_id();
+    device.ids.fetch_add(1, Ordering::AcqRel);
+    let inner = CmIdInner {
+        local_id,
+        ..CmIdInner::default()
+    };
+    Arc::new_cyclic(|me| CmIdPriv::new(me.clone(), device, handler, inner))
+}
+
+/// Makes `id` visible to MADs and to C (`cm_finalize_id`).
+fn finalize_id(id: &Arc<CmIdPriv>) {
+    let local_id = id.lock().inner.local_id;
+    tables().insert_id(local_id, id);
+}
+
+/// `ib_create_cm_id()`: a new IDLE id whose events go to `handler`.
+pub fn create_id(device: &Arc<Device>, handler: Handler) -> Arc<CmIdPriv> {
+    let id = new_id(device.clone(), handler);
+    finalize_id(&id);
+    id
+}
+
+/// The id a REQ creates for `listener`'s user (made visible once set up).
+fn create_child_id(listener: &Arc<CmIdPriv>) -> Arc<CmIdPriv> {
+    new_id(listener.device.clone(), listener.handler.clone())
+}
+
+/// The live id C knows by `addr`; `None` for anything else, including a
+/// destroyed id.
+pub fn lookup_id(addr: usize) -> Option<Arc<CmIdPriv>> {
+    tables().by_addr.get(&addr).cloned()
+}
+
+/// `ibcm_open_device()`.
+pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
+    let device = Device::open(name)?;
+    tables()
+        .devices
+        .insert(Arc::as_ptr(&device) as usize, device.clone());
+    Ok(device)
+}
+
+/// The open device C knows by `addr`.
+pub fn lookup_device(addr: usize) -> Option<Arc<Device>> {
+    tables().devices.get(&addr).cloned()
+}
+
+/// `ibcm_close_device()`: `-EBUSY` while cm_ids of the device remain.
+pub fn close_device(device: &Arc<Device>) -> CmResult {
+    let mut t = tables();
+    if device.id_count() != 0 {
+        return Err(EBUSY);
+    }
+    if t.devices.remove(&(Arc::as_ptr(device) as usize)).is_none() {
+        return Err(EINVAL);
+    }
+    drop(t);
+    device.close();
+    Ok(())
+}
+
+/// How many cm_ids exist (all devices): 0 when everything was destroyed.
+pub fn id_count() -> usize {
+    tables().local.len()
+}

@@ -1,0 +1,168 @@
+//! REP: `ib_send_cm_rep()`, `cm_rep_handler()` and `cm_dup_rep_handler()`.
+
+use std::sync::Arc;
+
+use super::event::{CmEvent, EventParam, RepRcvd};
+use super::id::CmIdPriv;
+use super::path::ack_timeout;
+use super::recv::Received;
+use super::rej::issue_rej;
+use super::send::{cancel_msg, send_tracked};
+use super::tables::tables;
+use super::timewait::remove_remote;
+use super::worker::queue_event;
+use super::{dreq, pd_array};
+use crate::abi::data_size;
+use crate::abi::ib_cm_event_type::IB_CM_REP_RECEIVED;
+use crate::abi::ib_cm_rej_reason::IB_CM_REJ_STALE_CONN;
+use crate::abi::ib_cm_state::*;
+use crate::errno::{CmResult, EINVAL};
+use crate::wire::rep::CM_REP_PRIVATE_DATA;
+use crate::wire::{MsgResponse, Rep, Rtu};
+
+/// `struct ib_cm_rep_param`, copied out of C memory.
+#[derive(Debug, Clone, Default)]
+pub struct RepParams {
+    pub qp_num: u32,
+    pub starting_psn: u32,
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub failover_accepted: u8,
+    pub flow_control: bool,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    pub ece: (u32, u32),
+}
+
+/// `ib_send_cm_rep()`.
+pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
+    if p.private_data.len() > data_size::REP_PRIVATE_DATA_SIZE {
+        return Err(EINVAL);
+    }
+    let mut l = id.lock();
+    if !matches!(l.state(), IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT) {
+        return Err(EINVAL);
+    }
+    let rep = Rep {
+        attr_mod: p.ece.1,
+        local_comm_id: l.inner.local_id,
+        remote_comm_id: l.inner.remote_id,
+        local_qpn: p.qp_num & 0x00ff_ffff,
+        vendor_id: p.ece.0 & 0x00ff_ffff,
+        starting_psn: p.starting_psn & 0x00ff_ffff,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        target_ack_delay: id.device.ack_delay,
+        failover_accepted: p.failover_accepted & 0x3,
+        end_to_end_flow_control: p.flow_control,
+        rnr_retry_count: p.rnr_retry_count & 0x7,
+        srq: p.srq,
+        local_ca_guid: id.device.node_guid,
+        private_data: pd_array(&p.private_data),
+        ..Rep::default()
+    };
+    let mad = Box::new(rep.encode(l.inner.tid));
+    send_tracked(&mut l, mad, IB_CM_REP_SENT)?;
+    l.set_state(IB_CM_REP_SENT);
+    l.inner.initiator_depth = p.initiator_depth;
+    l.inner.responder_resources = p.responder_resources;
+    l.inner.rq_psn = rep.starting_psn;
+    l.inner.local_qpn = rep.local_qpn;
+    l.inner.private_data = p.private_data.clone();
+    Ok(())
+}
+
+/// `cm_dup_rep_handler()`: our RTU was lost, so the peer resent its REP.
+fn dup_rep_handler(work: &Received, rep: &Rep) {
+    let Some(id) = tables().acquire_id(rep.remote_comm_id, rep.local_comm_id) else {
+        return;
+    };
+    let l = id.lock();
+    if l.state() == IB_CM_ESTABLISHED {
+        let rtu = Rtu {
+            local_comm_id: l.inner.local_id,
+            remote_comm_id: l.inner.remote_id,
+            private_data: pd_array(&l.inner.private_data),
+        };
+        work.reply(&rtu.encode(l.inner.tid));
+    }
+}
+
+/// `cm_rep_handler()`: the active side learns the peer's comm ID and QP.
+pub fn rep_handler(work: Received) {
+    let Ok(rep) = Rep::decode(&work.mad) else {
+        return;
+    };
+    let Some(id) = tables().acquire_id(rep.remote_comm_id, 0) else {
+        dup_rep_handler(&work, &rep);
+        return;
+    };
+    let mut l = id.lock();
+    if !matches!(l.state(), IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD) {
+        return;
+    }
+    let guid = rep.local_ca_guid;
+    l.inner.remote_ca_guid = guid;
+    l.inner.remote_id = rep.local_comm_id;
+    l.inner.remote_qpn = rep.local_qpn;
+    {
+        let mut t = tables();
+        if t.remote_id.contains_key(&(rep.local_comm_id, guid)) {
+            l.inner.remote_id = 0;
+            return; // the peer's comm ID is in use by another connection
+        }
+        t.remote_id
+            .insert((rep.local_comm_id, guid), Arc::downgrade(&id));
+        l.inner.remote_id_linked = true;
+        let stale = t
+            .remote_qpn
+            .get(&(rep.local_qpn, guid))
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(stale) = stale {
+            drop(t);
+            remove_remote(&mut l);
+            l.inner.remote_id = 0;
+            drop(l);
+            issue_rej(&work, IB_CM_REJ_STALE_CONN as u16, MsgResponse::Rep);
+            let _ = dreq::send_dreq(&stale, None);
+            return;
+        }
+        t.remote_qpn
+            .insert((rep.local_qpn, guid), Arc::downgrade(&id));
+        l.inner.remote_qpn_linked = true;
+    }
+    l.set_state(IB_CM_REP_RCVD);
+    l.set_remote_id(rep.local_comm_id);
+    l.inner.initiator_depth = rep.responder_resources;
+    l.inner.responder_resources = rep.initiator_depth;
+    l.inner.sq_psn = rep.starting_psn;
+    l.inner.rnr_retry_count = rep.rnr_retry_count;
+    l.inner.target_ack_delay = rep.target_ack_delay;
+    l.inner.av.timeout = ack_timeout(rep.target_ack_delay, l.inner.av.timeout.saturating_sub(1));
+    cancel_msg(&mut l);
+    drop(l);
+    let event = RepRcvd {
+        remote_ca_guid: guid,
+        remote_qkey: rep.local_qkey,
+        remote_qpn: rep.local_qpn,
+        starting_psn: rep.starting_psn,
+        responder_resources: rep.initiator_depth,
+        initiator_depth: rep.responder_resources,
+        target_ack_delay: rep.target_ack_delay,
+        failover_accepted: rep.failover_accepted,
+        flow_control: rep.end_to_end_flow_control,
+        rnr_retry_count: rep.rnr_retry_count,
+        srq: rep.srq,
+        ece: (rep.vendor_id, rep.attr_mod),
+    };
+    queue_event(
+        &id,
+        CmEvent::with_private_data(
+            IB_CM_REP_RECEIVED,
+            EventParam::RepRcvd(event),
+            work.mad,
+            CM_REP_PRIVATE_DATA.mad_range(),
+        ),
+    );
+}

@@ -1,0 +1,338 @@
+//! REQ: `ib_send_cm_req()` and `cm_req_handler()`.
+
+use std::sync::Arc;
+
+use super::event::{CmEvent, EventParam, ReqRcvd};
+use super::id::{Av, CmIdPriv, Locked};
+use super::path::{LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, convert_to_ms};
+use super::recv::Received;
+use super::rej::{format_rej, issue_rej};
+use super::send::{form_tid, send_tracked};
+use super::tables::tables;
+use super::worker::queue_event;
+use super::{create_child_id, dreq, pd_array};
+use crate::abi::ib_cm_event_type::IB_CM_REQ_RECEIVED;
+use crate::abi::ib_cm_rej_reason::*;
+use crate::abi::ib_cm_state::*;
+use crate::abi::{data_size, ib_qp_type};
+use crate::errno::{CmResult, EINVAL};
+use crate::transport::MadAddr;
+use crate::wire::req::CM_REQ_PRIVATE_DATA;
+use crate::wire::{MsgResponse, Req, ReqPath, TransportType};
+
+/// `IB_QPT_RC`, `IB_QPT_UC`, `IB_QPT_XRC_INI` as C passes them.
+const QPT_RC: i32 = ib_qp_type::IB_QPT_RC as i32;
+const QPT_UC: i32 = ib_qp_type::IB_QPT_UC as i32;
+const QPT_XRC_INI: i32 = ib_qp_type::IB_QPT_XRC_INI as i32;
+
+/// `struct ib_cm_req_param`, checked and copied out of C memory.
+#[derive(Debug, Clone, Default)]
+pub struct ReqParams {
+    pub primary_path: Path,
+    pub alternate_path: Option<Path>,
+    pub service_id: u64,
+    pub qp_num: u32,
+    pub qp_type: i32,
+    pub starting_psn: u32,
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub remote_cm_response_timeout: u8,
+    pub flow_control: bool,
+    pub local_cm_response_timeout: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub max_cm_retries: u8,
+    pub srq: bool,
+    pub ece: (u32, u32),
+}
+
+/// `cm_validate_req_param()` (a missing primary path is caught by `ffi`).
+fn validate_req_param(p: &ReqParams) -> CmResult {
+    if !matches!(p.qp_type, QPT_RC | QPT_UC | QPT_XRC_INI) {
+        return Err(EINVAL);
+    }
+    if p.private_data.len() > data_size::REQ_PRIVATE_DATA_SIZE {
+        return Err(EINVAL);
+    }
+    if let Some(alt) = &p.alternate_path
+        && (alt.pkey != p.primary_path.pkey || alt.mtu != p.primary_path.mtu)
+    {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+/// The address of a path (`cm_init_av_by_path`); routed paths need a GRH.
+fn av_from_path(port_num: u8, path: &Path) -> Av {
+    Av {
+        port_num,
+        addr: MadAddr {
+            dlid: path.dlid,
+            sl: path.sl,
+            pkey_index: 0,
+            grh: path.hop_limit > 1,
+            dgid: path.dgid,
+            sgid_index: 0,
+            hop_limit: path.hop_limit,
+            traffic_class: path.traffic_class,
+            flow_label: path.flow_label,
+        },
+        timeout: path.packet_life_time.saturating_add(1).min(31),
+    }
+}
+
+/// The REQ's description of one path (`cm_format_req`).
+fn format_req_path(path: &Path, ack_delay: u8) -> ReqPath {
+    let subnet_local = path.hop_limit <= 1;
+    let (local_lid, remote_lid) = if subnet_local {
+        (path.slid, path.dlid)
+    } else {
+        // The kernel's work-around until there is a way to learn remote LIDs.
+        (LID_PERMISSIVE, LID_PERMISSIVE)
+    };
+    ReqPath {
+        local_lid,
+        remote_lid,
+        local_gid: path.sgid,
+        remote_gid: path.dgid,
+        flow_label: path.flow_label,
+        packet_rate: path.rate,
+        traffic_class: path.traffic_class,
+        hop_limit: path.hop_limit,
+        sl: path.sl,
+        subnet_local,
+        local_ack_timeout: ack_timeout(ack_delay, path.packet_life_time),
+    }
+}
+
+fn transport_type(qp_type: i32) -> (TransportType, u8) {
+    match qp_type {
+        QPT_UC => (TransportType::Uc, 0),
+        QPT_XRC_INI => (TransportType::Xrc, 1),
+        _ => (TransportType::Rc, 0),
+    }
+}
+
+/// `ib_send_cm_req()`.
+pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
+    validate_req_param(p)?;
+    let port_num = id
+        .device
+        .port_by_gid(&p.primary_path.sgid)
+        .ok_or(EINVAL)?
+        .port_num;
+    let mut l = id.lock();
+    if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
+        return Err(EINVAL);
+    }
+    let device = &id.device;
+    l.inner.av = av_from_path(port_num, &p.primary_path);
+    l.set_service_id(p.service_id);
+    l.inner.timeout_ms = 2 * convert_to_ms(p.primary_path.packet_life_time)
+        + convert_to_ms(p.remote_cm_response_timeout);
+    l.inner.max_cm_retries = p.max_cm_retries;
+    l.inner.initiator_depth = p.initiator_depth;
+    l.inner.responder_resources = p.responder_resources;
+    l.inner.retry_count = p.retry_count;
+    l.inner.path_mtu = p.primary_path.mtu;
+    l.inner.pkey = p.primary_path.pkey;
+    l.inner.qp_type = p.qp_type;
+
+    let (transport, extended) = transport_type(p.qp_type);
+    let xrc = p.qp_type == QPT_XRC_INI;
+    let req = Req {
+        attr_mod: p.ece.1,
+        local_comm_id: l.inner.local_id,
+        vendor_id: p.ece.0 & 0x00ff_ffff,
+        service_id: p.service_id,
+        local_ca_guid: device.node_guid,
+        local_qpn: p.qp_num & 0x00ff_ffff,
+        responder_resources: if xrc { 0 } else { p.responder_resources },
+        initiator_depth: p.initiator_depth,
+        remote_cm_response_timeout: p.remote_cm_response_timeout & 0x1f,
+        transport_service_type: transport,
+        end_to_end_flow_control: p.flow_control,
+        starting_psn: p.starting_psn & 0x00ff_ffff,
+        local_cm_response_timeout: p.local_cm_response_timeout & 0x1f,
+        retry_count: if xrc { 0 } else { p.retry_count & 0x7 },
+        pkey: p.primary_path.pkey,
+        path_mtu: p.primary_path.mtu & 0xf,
+        rnr_retry_count: if xrc { 0 } else { p.rnr_retry_count & 0x7 },
+        max_cm_retries: p.max_cm_retries & 0xf,
+        srq: !xrc && p.srq,
+        extended_transport_type: extended,
+        primary_path: format_req_path(&p.primary_path, device.ack_delay),
+        alternate_path: p
+            .alternate_path
+            .as_ref()
+            .map(|alt| format_req_path(alt, device.ack_delay))
+            .unwrap_or_default(),
+        private_data: pd_array(&p.private_data),
+        ..Req::default()
+    };
+    let tid = form_tid(device.hi_tid, l.inner.local_id);
+    l.inner.tid = tid;
+    l.inner.local_qpn = req.local_qpn;
+    l.inner.rq_psn = req.starting_psn;
+    l.inner.has_timewait_info = true;
+    if let Err(e) = send_tracked(&mut l, Box::new(req.encode(tid)), IB_CM_REQ_SENT) {
+        l.inner.has_timewait_info = false;
+        return Err(e);
+    }
+    l.set_state(IB_CM_REQ_SENT);
+    Ok(())
+}
+
+/// The passive side's view of the REQ's primary path (`cm_format_paths_from_req`).
+fn path_from_req(req: &Req) -> Path {
+    let pp = &req.primary_path;
+    Path {
+        dgid: pp.local_gid,
+        sgid: pp.remote_gid,
+        dlid: pp.local_lid,
+        slid: pp.remote_lid,
+        service_id: req.service_id,
+        flow_label: pp.flow_label,
+        hop_limit: pp.hop_limit,
+        traffic_class: pp.traffic_class,
+        reversible: 1,
+        numb_path: 1,
+        pkey: req.pkey,
+        sl: pp.sl,
+        mtu: req.path_mtu,
+        rate: pp.packet_rate,
+        packet_life_time: pp.local_ack_timeout - u8::from(pp.local_ack_timeout > 0),
+        rec_type: REC_TYPE_IB,
+    }
+}
+
+fn qp_type_from_req(req: &Req) -> ib_qp_type {
+    match req.transport_service_type {
+        TransportType::Rc => ib_qp_type::IB_QPT_RC,
+        TransportType::Uc => ib_qp_type::IB_QPT_UC,
+        TransportType::Xrc => ib_qp_type::IB_QPT_XRC_TGT,
+    }
+}
+
+/// `cm_dup_req_handler()`: a REQ for a connection we already have.
+fn dup_req_handler(work: &Received, cur: &Arc<CmIdPriv>) {
+    let l = cur.lock();
+    if l.state() == IB_CM_TIMEWAIT {
+        let rej = format_rej(&l, IB_CM_REJ_STALE_CONN as u16, &[], &[], IB_CM_TIMEWAIT);
+        work.reply(&rej);
+    }
+    // REQ_RCVD: the user has not answered yet; REP_SENT: the REP's own
+    // retransmission answers it.
+}
+
+/// `cm_req_handler()`: a new connection request.
+pub fn req_handler(work: Received) {
+    let Ok(req) = Req::decode(&work.mad) else {
+        return;
+    };
+    let guid = req.local_ca_guid;
+    let listener = {
+        let t = tables();
+        // cm_match_req(): a duplicate, a stale connection, or no listener.
+        if let Some(cur) = t.find_remote_id(guid, req.local_comm_id) {
+            drop(t);
+            dup_req_handler(&work, &cur);
+            return;
+        }
+        if let Some(stale) = t
+            .remote_qpn
+            .get(&(req.local_qpn, guid))
+            .and_then(std::sync::Weak::upgrade)
+        {
+            drop(t);
+            issue_rej(&work, IB_CM_REJ_STALE_CONN as u16, MsgResponse::Req);
+            let _ = dreq::send_dreq(&stale, None);
+            return;
+        }
+        let key = (Arc::as_ptr(&work.device) as usize, req.service_id);
+        match t.listen.get(&key) {
+            Some(listener) => listener.clone(),
+            None => {
+                drop(t);
+                issue_rej(&work, IB_CM_REJ_INVALID_SERVICE_ID as u16, MsgResponse::Req);
+                return;
+            }
+        }
+    };
+
+    let primary_path = path_from_req(&req);
+    let new_id = create_child_id(&listener);
+    let mut l = new_id.lock();
+    l.inherit_user_fields(&listener);
+    l.set_state(IB_CM_REQ_RCVD);
+    l.set_service_id(req.service_id);
+    l.set_remote_id(req.local_comm_id);
+    l.inner.remote_ca_guid = guid;
+    l.inner.remote_qpn = req.local_qpn;
+    l.inner.tid = work.tid;
+    l.inner.timeout_ms = convert_to_ms(req.local_cm_response_timeout);
+    l.inner.max_cm_retries = req.max_cm_retries;
+    l.inner.initiator_depth = req.responder_resources;
+    l.inner.responder_resources = req.initiator_depth;
+    l.inner.path_mtu = req.path_mtu;
+    l.inner.pkey = req.pkey;
+    l.inner.sq_psn = req.starting_psn;
+    l.inner.retry_count = req.retry_count;
+    l.inner.rnr_retry_count = req.rnr_retry_count;
+    l.inner.srq = req.srq;
+    l.inner.qp_type = qp_type_from_req(&req) as i32;
+    l.inner.av = Av {
+        port_num: work.port,
+        addr: work.addr,
+        timeout: primary_path.packet_life_time.saturating_add(1).min(31),
+    };
+    link_remote(&mut l, &new_id);
+    drop(l);
+    super::finalize_id(&new_id);
+
+    let event = ReqRcvd {
+        listen_id: listener,
+        bth_pkey: req.pkey,
+        port: work.port,
+        primary_path,
+        alternate_path: None,
+        remote_ca_guid: guid,
+        remote_qkey: req.local_qkey,
+        remote_qpn: req.local_qpn,
+        qp_type: qp_type_from_req(&req),
+        starting_psn: req.starting_psn,
+        responder_resources: req.initiator_depth,
+        initiator_depth: req.responder_resources,
+        local_cm_response_timeout: req.remote_cm_response_timeout,
+        flow_control: req.end_to_end_flow_control,
+        remote_cm_response_timeout: req.local_cm_response_timeout,
+        retry_count: req.retry_count,
+        rnr_retry_count: req.rnr_retry_count,
+        srq: req.srq,
+        ece: (req.vendor_id, req.attr_mod),
+    };
+    let pd = CM_REQ_PRIVATE_DATA.mad_range();
+    queue_event(
+        &new_id,
+        CmEvent::with_private_data(
+            IB_CM_REQ_RECEIVED,
+            EventParam::ReqRcvd(Box::new(event)),
+            work.mad,
+            pd,
+        ),
+    );
+}
+
+/// Enters a passive connection in the remote-id and remote-QPN tables.
+fn link_remote(l: &mut Locked, id: &Arc<CmIdPriv>) {
+    let mut t = tables();
+    let guid = l.inner.remote_ca_guid;
+    t.remote_id
+        .insert((l.inner.remote_id, guid), Arc::downgrade(id));
+    t.remote_qpn
+        .insert((l.inner.remote_qpn, guid), Arc::downgrade(id));
+    l.inner.remote_id_linked = true;
+    l.inner.remote_qpn_linked = true;
+    l.inner.has_timewait_info = true;
+}

@@ -1,0 +1,64 @@
+//! RTU: `ib_send_cm_rtu()` and `cm_rtu_handler()`.
+
+use std::sync::Arc;
+
+use super::event::{CmEvent, EventParam};
+use super::id::CmIdPriv;
+use super::pd_array;
+use super::recv::Received;
+use super::send::{cancel_msg, send_untracked};
+use super::tables::tables;
+use super::worker::queue_event;
+use crate::abi::data_size;
+use crate::abi::ib_cm_event_type::IB_CM_RTU_RECEIVED;
+use crate::abi::ib_cm_state::*;
+use crate::errno::{CmResult, EINVAL};
+use crate::wire::Rtu;
+use crate::wire::rtu::CM_RTU_PRIVATE_DATA;
+
+/// `ib_send_cm_rtu()`: the active side completes the connection. The private
+/// data is kept to answer a duplicate REP.
+pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
+    if private_data.len() > data_size::RTU_PRIVATE_DATA_SIZE {
+        return Err(EINVAL);
+    }
+    let mut l = id.lock();
+    if !matches!(l.state(), IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT) {
+        return Err(EINVAL);
+    }
+    let rtu = Rtu {
+        local_comm_id: l.inner.local_id,
+        remote_comm_id: l.inner.remote_id,
+        private_data: pd_array(private_data),
+    };
+    send_untracked(&l, &rtu.encode(l.inner.tid))?;
+    l.set_state(IB_CM_ESTABLISHED);
+    l.inner.private_data = private_data.to_vec();
+    Ok(())
+}
+
+/// `cm_rtu_handler()`: the passive side's connection is established.
+pub fn rtu_handler(work: Received) {
+    let Ok(rtu) = Rtu::decode(&work.mad) else {
+        return;
+    };
+    let Some(id) = tables().acquire_id(rtu.remote_comm_id, rtu.local_comm_id) else {
+        return;
+    };
+    let mut l = id.lock();
+    if !matches!(l.state(), IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD) {
+        return; // a duplicate
+    }
+    l.set_state(IB_CM_ESTABLISHED);
+    cancel_msg(&mut l);
+    drop(l);
+    queue_event(
+        &id,
+        CmEvent::with_private_data(
+            IB_CM_RTU_RECEIVED,
+            EventParam::None,
+            work.mad,
+            CM_RTU_PRIVATE_DATA.mad_range(),
+        ),
+    );
+}

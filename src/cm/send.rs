@@ -1,0 +1,127 @@
+//! Sending MADs for a cm_id: the one tracked, retransmitted MAD
+//! (`cm_id_priv->msg`) and untracked replies; and what happens when the tracked
+//! one runs out of retries (`cm_process_send_error`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::event::{CmEvent, EventParam};
+use super::id::{Av, CmIdPriv, Locked, TrackedMsg};
+use super::timewait::{enter_timewait, reset_to_idle};
+use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
+use crate::abi::ib_cm_event_type::*;
+use crate::abi::ib_cm_state::{self, *};
+use crate::abi::ib_wc_status;
+use crate::errno::CmResult;
+use crate::timer::TimerId;
+use crate::wire::Mad;
+
+/// `cm_form_tid()`: the device's `hi_tid` above the local comm ID's raw
+/// big-endian bits (so on x86 the low word on the wire is byte-reversed, as the
+/// kernel's).
+pub fn form_tid(hi_tid: u32, local_id: u32) -> u64 {
+    (u64::from(hi_tid) << 32) | u64::from(local_id.to_be())
+}
+
+/// Sends `mad` on the id's address without retries (RTU, REJ, DREP, …).
+pub fn send_untracked(l: &Locked, mad: &Mad) -> CmResult {
+    let av = &l.inner.av;
+    l.id.device.send(av.port_num, &av.addr, mad)
+}
+
+/// Sends `mad` as the id's tracked MAD: resent every `timeout_ms` up to
+/// `max_cm_retries` times while the id stays in `sent_in`, then reported as an
+/// error event. Replaces (cancels) any earlier tracked MAD.
+pub fn send_tracked(l: &mut Locked, mad: Box<Mad>, sent_in: ib_cm_state) -> CmResult {
+    cancel_msg(l);
+    let av = l.inner.av;
+    l.id.device.send(av.port_num, &av.addr, &mad)?;
+    let timeout_ms = l.inner.timeout_ms;
+    l.inner.msg = Some(TrackedMsg {
+        mad,
+        av,
+        sent_in,
+        retries_left: l.inner.max_cm_retries,
+        timeout_ms,
+        timer: arm_retransmit(l, timeout_ms),
+    });
+    Ok(())
+}
+
+fn arm_retransmit(l: &Locked, timeout_ms: u32) -> TimerId {
+    arm_timer(
+        Duration::from_millis(u64::from(timeout_ms)),
+        TimerWork::Retransmit(l.id.me.clone()),
+    )
+}
+
+/// `ib_cancel_mad(cm_id_priv->msg)`: stops retransmitting the tracked MAD.
+pub fn cancel_msg(l: &mut Locked) {
+    if let Some(msg) = l.inner.msg.take() {
+        cancel_timer(msg.timer);
+    }
+}
+
+/// Whether a MAD sent in `sent_in` is still wanted in `now`: an MRA moves the
+/// state without cancelling the MAD it answers.
+fn still_wanted(sent_in: ib_cm_state, now: ib_cm_state) -> bool {
+    sent_in == now
+        || matches!(
+            (sent_in, now),
+            (IB_CM_REQ_SENT, IB_CM_MRA_REQ_RCVD) | (IB_CM_REP_SENT, IB_CM_MRA_REP_RCVD)
+        )
+}
+
+/// The tracked MAD's timer fired: resend it, or, out of retries, report the
+/// timeout (`cm_process_send_error` with `IB_WC_RESP_TIMEOUT_ERR`).
+pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
+    let mut l = id.lock();
+    let state = l.state();
+    let Some(msg) = l.inner.msg.as_mut() else {
+        return;
+    };
+    if msg.timer != timer {
+        return; // a timer of an earlier, replaced MAD
+    }
+    if !still_wanted(msg.sent_in, state) {
+        l.inner.msg = None;
+        return;
+    }
+    if msg.retries_left > 0 {
+        msg.retries_left -= 1;
+        let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
+        // A failed resend is one more lost MAD; the next timeout handles it.
+        let _ = id.device.send(av.port_num, &av.addr, &msg.mad);
+        let timer = arm_retransmit(&l, timeout_ms);
+        if let Some(msg) = l.inner.msg.as_mut() {
+            msg.timer = timer;
+        }
+        return;
+    }
+    l.inner.msg = None;
+    let event = match state {
+        IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
+            reset_to_idle(&mut l);
+            IB_CM_REQ_ERROR
+        }
+        IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => {
+            reset_to_idle(&mut l);
+            IB_CM_REP_ERROR
+        }
+        IB_CM_DREQ_SENT => {
+            enter_timewait(&mut l);
+            IB_CM_DREQ_ERROR
+        }
+        _ => return,
+    };
+    drop(l);
+    queue_event(
+        id,
+        CmEvent {
+            event,
+            param: EventParam::SendStatus(ib_wc_status::IB_WC_RESP_TIMEOUT_ERR),
+            mad: None,
+            private_data: None,
+        },
+    );
+}

@@ -1,0 +1,91 @@
+//! The global lookup tables (the kernel's `cm.lock`-protected trees and the
+//! local-id xarray). Lock order: an id lock may be held while taking this lock,
+//! never the reverse.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock, Weak};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::device::Device;
+use super::id::CmIdPriv;
+
+/// First service ID handed out for `IB_CM_ASSIGN_SERVICE_ID`.
+const FIRST_ASSIGNED_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
+
+pub struct Tables {
+    /// local comm ID → id (`cm.local_id_table`).
+    pub local: HashMap<u32, Arc<CmIdPriv>>,
+    /// The address C knows an id by → id: how a C pointer is checked before use.
+    pub by_addr: HashMap<usize, Arc<CmIdPriv>>,
+    /// (device address, service ID) → listener (`cm.listen_service_table`).
+    pub listen: HashMap<(usize, u64), Arc<CmIdPriv>>,
+    /// (remote comm ID, remote CA GUID) → id (`cm.remote_id_table`).
+    pub remote_id: HashMap<(u32, u64), Weak<CmIdPriv>>,
+    /// (remote QPN, remote CA GUID) → id (`cm.remote_qp_table`).
+    pub remote_qpn: HashMap<(u32, u64), Weak<CmIdPriv>>,
+    /// Open devices by the address C knows them by.
+    pub devices: HashMap<usize, Arc<Device>>,
+    next_index: u32,
+    pub listen_service_id: u64,
+    /// XORed into every local comm ID (`cm.random_id_operand`).
+    random_id_operand: u32,
+}
+
+static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
+    let random = RandomState::new().build_hasher().finish();
+    Mutex::new(Tables {
+        local: HashMap::new(),
+        by_addr: HashMap::new(),
+        listen: HashMap::new(),
+        remote_id: HashMap::new(),
+        remote_qpn: HashMap::new(),
+        devices: HashMap::new(),
+        next_index: (random >> 32) as u32,
+        listen_service_id: FIRST_ASSIGNED_SERVICE_ID,
+        random_id_operand: random as u32,
+    })
+});
+
+pub fn tables() -> MutexGuard<'static, Tables> {
+    TABLES.lock()
+}
+
+impl Tables {
+    /// A local comm ID not in use: a cyclic counter XOR a per-process random
+    /// value (`cm_alloc_id_priv`). Never 0, which means "unknown" on the wire.
+    pub fn alloc_local_id(&mut self) -> u32 {
+        loop {
+            let index = self.next_index;
+            self.next_index = self.next_index.wrapping_add(1);
+            let local_id = index ^ self.random_id_operand;
+            if local_id != 0 && !self.local.contains_key(&local_id) {
+                return local_id;
+            }
+        }
+    }
+
+    /// Makes `id` findable by its local comm ID and by its C address.
+    pub fn insert_id(&mut self, local_id: u32, id: &Arc<CmIdPriv>) {
+        self.local.insert(local_id, id.clone());
+        self.by_addr.insert(id.addr(), id.clone());
+    }
+
+    /// `cm_acquire_id()`: the id with `local_id` whose remote comm ID is
+    /// `remote_id` (0 while the peer's is unknown).
+    pub fn acquire_id(&self, local_id: u32, remote_id: u32) -> Option<Arc<CmIdPriv>> {
+        let id = self.local.get(&local_id)?;
+        let current = u32::from_be(id.public.remote_id.load(Ordering::Relaxed));
+        (current == remote_id).then(|| id.clone())
+    }
+
+    /// `cm_find_remote_id()`.
+    pub fn find_remote_id(&self, remote_ca_guid: u64, remote_id: u32) -> Option<Arc<CmIdPriv>> {
+        self.remote_id
+            .get(&(remote_id, remote_ca_guid))
+            .and_then(Weak::upgrade)
+    }
+}

@@ -1,0 +1,180 @@
+//! The CM's worker thread: the kernel's `ib_cm` workqueue and MAD-agent
+//! completion context in one ordered queue.
+//!
+//! It receives MADs, fires timers, and runs handlers. One thread runs every
+//! handler, so handlers of one cm_id never overlap and see events in the order
+//! they were queued; no library lock is held while a handler runs.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::{Arc, LazyLock, Once, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::device::Device;
+use super::event::CmEvent;
+use super::id::CmIdPriv;
+use super::{destroy, recv, send, timewait};
+use crate::timer::{TimerId, Timers};
+use crate::transport::MadAddr;
+use crate::wire::Mad;
+
+/// Work items, processed in order.
+pub enum Work {
+    Recv {
+        device: Arc<Device>,
+        port: u8,
+        addr: MadAddr,
+        mad: Box<Mad>,
+    },
+    Deliver {
+        id: Arc<CmIdPriv>,
+        event: CmEvent,
+    },
+}
+
+/// What a timer does when it fires.
+pub enum TimerWork {
+    /// The tracked MAD of `id` timed out: resend it or report the error.
+    Retransmit(Weak<CmIdPriv>),
+    /// Timewait of `id` (entry number `generation`) is over.
+    TimewaitExit(Weak<CmIdPriv>, u64),
+}
+
+#[derive(Default)]
+struct Queue {
+    work: VecDeque<Work>,
+    timers: Timers<TimerWork>,
+}
+
+static QUEUE: LazyLock<(Mutex<Queue>, Condvar)> = LazyLock::new(Default::default);
+
+thread_local! {
+    /// The cm_id whose handler runs on this thread, if any.
+    static IN_HANDLER: Cell<usize> = const { Cell::new(0) };
+}
+
+fn push(work: Work) {
+    start();
+    let (queue, ready) = &*QUEUE;
+    queue.lock().work.push_back(work);
+    ready.notify_one();
+}
+
+/// Queues a received MAD.
+pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>) {
+    push(Work::Recv {
+        device,
+        port,
+        addr,
+        mad,
+    });
+}
+
+/// Queues `event` for `id`'s handler (`cm_queue_work_unlock`).
+pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
+    push(Work::Deliver {
+        id: id.clone(),
+        event,
+    });
+}
+
+/// Arms a timer `after` from now.
+pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
+    start();
+    let (queue, ready) = &*QUEUE;
+    let id = queue.lock().timers.arm(Instant::now() + after, work);
+    ready.notify_one();
+    id
+}
+
+pub fn cancel_timer(timer: TimerId) {
+    QUEUE.0.lock().timers.cancel(timer);
+}
+
+/// (queued work items, armed timers): both zero when the library is idle.
+pub fn pending() -> (usize, usize) {
+    let queue = QUEUE.0.lock();
+    (queue.work.len(), queue.timers.len())
+}
+
+/// True while the calling thread runs the handler of the id at `addr`.
+pub fn in_handler_of(addr: usize) -> bool {
+    IN_HANDLER.with(|h| h.get() == addr)
+}
+
+fn start() {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        std::thread::Builder::new()
+            .name("ibcm-worker".into())
+            .spawn(run)
+            .expect("cannot start the ib_cm worker thread");
+    });
+}
+
+enum Next {
+    Timer(TimerId, TimerWork),
+    Work(Work),
+}
+
+fn run() {
+    let (queue, ready) = &*QUEUE;
+    loop {
+        let next = {
+            let mut q = queue.lock();
+            loop {
+                if let Some((timer, work)) = q.timers.pop_due(Instant::now()) {
+                    break Next::Timer(timer, work);
+                }
+                if let Some(work) = q.work.pop_front() {
+                    break Next::Work(work);
+                }
+                match q.timers.next_deadline() {
+                    Some(deadline) => {
+                        ready.wait_until(&mut q, deadline);
+                    }
+                    None => ready.wait(&mut q),
+                }
+            }
+        };
+        match next {
+            Next::Timer(timer, TimerWork::Retransmit(id)) => {
+                if let Some(id) = id.upgrade() {
+                    send::retransmit_handler(&id, timer);
+                }
+            }
+            Next::Timer(_, TimerWork::TimewaitExit(id, generation)) => {
+                if let Some(id) = id.upgrade() {
+                    timewait::timewait_handler(&id, generation);
+                }
+            }
+            Next::Work(Work::Recv {
+                device,
+                port,
+                addr,
+                mad,
+            }) => recv::recv_handler(&device, port, addr, mad),
+            Next::Work(Work::Deliver { id, event }) => deliver(&id, &event),
+        }
+    }
+}
+
+/// Runs `id`'s handler for `event` (`cm_process_work`): skipped if the id was
+/// destroyed; a non-zero return destroys the id afterwards.
+fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
+    let ret = {
+        let _running = id.callback.lock();
+        if id.is_destroyed() {
+            return;
+        }
+        IN_HANDLER.with(|h| h.set(id.addr()));
+        let ret = (id.handler)(id, event);
+        IN_HANDLER.with(|h| h.set(0));
+        ret
+    };
+    if ret != 0 {
+        destroy::destroy_id(id, ret);
+    }
+}

@@ -1,0 +1,321 @@
+//! The kernel API of `<rdma/ib_cm.h>`.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{bounded_private_data, err_ptr, event, guard, path, with_id};
+use crate::abi::{
+    CIntEventType, CIntRejReason, data_size, ib_cm_handler, ib_cm_id, ib_cm_rep_param,
+    ib_cm_req_param, ib_device,
+};
+use crate::cm::id::Handler;
+use crate::cm::{self, RepParams, ReqParams};
+use crate::errno::{EINVAL, EIO};
+
+/// Creates an IDLE cm_id on `device` whose events go to `cm_handler`.
+/// Returns `ERR_PTR(-EINVAL)` for a device that is not open.
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_create_cm_id(
+    device: *mut ib_device,
+    cm_handler: ib_cm_handler,
+    context: *mut c_void,
+) -> *mut ib_cm_id {
+    guard(err_ptr(EIO), || {
+        let Some(device) = cm::lookup_device(device as usize) else {
+            return err_ptr(EINVAL);
+        };
+        let handler: Handler = Arc::new(event::call_c_handler);
+        let id = cm::create_id(&device, handler);
+        let public = &id.public;
+        public
+            .cm_handler
+            .store(cm_handler.map_or(0, |f| f as usize), Ordering::Release);
+        public.context.store(context as usize, Ordering::Release);
+        id.addr() as *mut ib_cm_id
+    })
+}
+
+/// Destroys a cm_id (see the README for what is sent in each state). Waits
+/// for a running handler of the id unless called from inside it. A NULL or
+/// stale pointer is ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_destroy_cm_id(cm_id: *mut ib_cm_id) {
+    guard((), || {
+        if let Some(id) = cm::lookup_id(cm_id as usize) {
+            cm::destroy_id(&id, 0);
+        }
+    })
+}
+
+/// Listens for REQs to `service_id` (`__be64`; `IB_CM_ASSIGN_SERVICE_ID` picks
+/// one, readable in `cm_id->service_id`).
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_cm_listen(cm_id: *mut ib_cm_id, service_id: u64) -> c_int {
+    with_id(cm_id, |id| cm::listen(id, u64::from_be(service_id)))
+}
+
+/// Sends a REQ.
+///
+/// # Safety
+/// `param`, if not NULL, points to a valid `struct ib_cm_req_param` whose
+/// non-NULL pointers point to what their types say.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_req(
+    cm_id: *mut ib_cm_id,
+    param: *mut ib_cm_req_param,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: NULL is checked; otherwise the caller's promise.
+        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: as above, for the paths the parameters point to.
+        let primary = unsafe { p.primary_path.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: as above.
+        let alternate = unsafe { p.alternate_path.as_ref() };
+        // SAFETY: the caller's promise for `private_data`.
+        let pd = unsafe {
+            bounded_private_data(
+                p.private_data,
+                p.private_data_len,
+                data_size::REQ_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        let params = ReqParams {
+            primary_path: path::from_c(primary),
+            alternate_path: alternate.map(path::from_c),
+            service_id: u64::from_be(p.service_id),
+            qp_num: p.qp_num,
+            qp_type: p.qp_type.0,
+            starting_psn: p.starting_psn,
+            private_data: pd.unwrap_or_default().to_vec(),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            remote_cm_response_timeout: p.remote_cm_response_timeout,
+            flow_control: p.flow_control != 0,
+            local_cm_response_timeout: p.local_cm_response_timeout,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            max_cm_retries: p.max_cm_retries,
+            srq: p.srq != 0,
+            ece: (p.ece.vendor_id, p.ece.attr_mod),
+        };
+        cm::send_req(id, &params)
+    })
+}
+
+/// Sends a REP in answer to a received REQ.
+///
+/// # Safety
+/// `param`, if not NULL, points to a valid `struct ib_cm_rep_param`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_rep(
+    cm_id: *mut ib_cm_id,
+    param: *mut ib_cm_rep_param,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: NULL is checked; otherwise the caller's promise.
+        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: the caller's promise for `private_data`.
+        let pd = unsafe {
+            bounded_private_data(
+                p.private_data,
+                p.private_data_len,
+                data_size::REP_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        let params = RepParams {
+            qp_num: p.qp_num,
+            starting_psn: p.starting_psn,
+            private_data: pd.unwrap_or_default().to_vec(),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            failover_accepted: p.failover_accepted,
+            flow_control: p.flow_control != 0,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq != 0,
+            ece: (p.ece.vendor_id, p.ece.attr_mod),
+        };
+        cm::send_rep(id, &params)
+    })
+}
+
+/// Sends an RTU: the active side's connection is established.
+///
+/// # Safety
+/// A non-NULL `private_data` points to `private_data_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_rtu(
+    cm_id: *mut ib_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: the caller's promise.
+        let pd = unsafe {
+            bounded_private_data(
+                private_data,
+                private_data_len,
+                data_size::RTU_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        cm::send_rtu(id, pd.unwrap_or_default())
+    })
+}
+
+/// Sends a DREQ: asks the peer to disconnect an established connection.
+/// `-EINVAL` if the data is longer than 220 bytes or the id is not
+/// ESTABLISHED; a DREQ that cannot be sent puts the id in timewait.
+///
+/// # Safety
+/// A non-NULL `private_data` points to `private_data_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_dreq(
+    cm_id: *mut ib_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: the caller's promise.
+        let pd = unsafe {
+            bounded_private_data(
+                private_data,
+                private_data_len,
+                data_size::DREQ_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        cm::send_dreq(id, pd)
+    })
+}
+
+/// Sends a DREP in answer to a DREQ. The id enters timewait even if sending
+/// fails. `-EINVAL` if the data is longer than 224 bytes or the id is not in
+/// DREQ_RCVD.
+///
+/// # Safety
+/// A non-NULL `private_data` points to `private_data_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_drep(
+    cm_id: *mut ib_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: the caller's promise.
+        let pd = unsafe {
+            bounded_private_data(
+                private_data,
+                private_data_len,
+                data_size::DREP_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        cm::send_drep(id, pd)
+    })
+}
+
+/// Sends a REJ during connection setup.
+///
+/// # Safety
+/// A non-NULL `ari` points to `ari_length` bytes, a non-NULL `private_data` to
+/// `private_data_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_rej(
+    cm_id: *mut ib_cm_id,
+    reason: CIntRejReason,
+    ari: *mut c_void,
+    ari_length: u8,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: the caller's promise.
+        let pd = unsafe {
+            bounded_private_data(
+                private_data,
+                private_data_len,
+                data_size::REJ_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        // SAFETY: the caller's promise.
+        let ari = unsafe { bounded_private_data(ari, ari_length, data_size::REJ_ARI_LENGTH) }?;
+        cm::send_rej(
+            id,
+            reason.0 as u16,
+            ari.unwrap_or_default(),
+            pd.unwrap_or_default(),
+        )
+    })
+}
+
+/// Tells the CM about a QP event: `IB_EVENT_COMM_EST` establishes a passive
+/// connection whose RTU has not arrived (`-EISCONN` if already established).
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_cm_notify(cm_id: *mut ib_cm_id, event: CIntEventType) -> c_int {
+    with_id(cm_id, |id| cm::notify(id, event.0))
+}
+
+/// The kernel's text for a reject reason; "unrecognized reason" otherwise.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_reject_msg(reason: c_int) -> *const c_char {
+    reject_msg(reason).as_ptr()
+}
+
+fn reject_msg(reason: c_int) -> &'static CStr {
+    const STRS: [&CStr; 36] = [
+        c"unrecognized reason",
+        c"no QP",
+        c"no EEC",
+        c"no resources",
+        c"timeout",
+        c"unsupported",
+        c"invalid comm ID",
+        c"invalid comm instance",
+        c"invalid service ID",
+        c"invalid transport type",
+        c"stale conn",
+        c"RDC not exist",
+        c"invalid GID",
+        c"invalid LID",
+        c"invalid SL",
+        c"invalid traffic class",
+        c"invalid hop limit",
+        c"invalid packet rate",
+        c"invalid alt GID",
+        c"invalid alt LID",
+        c"invalid alt SL",
+        c"invalid alt traffic class",
+        c"invalid alt hop limit",
+        c"invalid alt packet rate",
+        c"port CM redirect",
+        c"port redirect",
+        c"invalid MTU",
+        c"insufficient resp resources",
+        c"consumer defined",
+        c"invalid RNR retry",
+        c"duplicate local comm ID",
+        c"invalid class version",
+        c"invalid flow label",
+        c"invalid alt flow label",
+        c"unrecognized reason",
+        c"vendor option is not supported",
+    ];
+    usize::try_from(reason)
+        .ok()
+        .and_then(|i| STRS.get(i))
+        .copied()
+        .unwrap_or(STRS[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reject_msg;
+
+    #[test]
+    fn reject_msg_matches_kernel_strings_and_bounds() {
+        assert_eq!(reject_msg(28), c"consumer defined");
+        assert_eq!(reject_msg(35), c"vendor option is not supported");
+        assert_eq!(reject_msg(34), c"unrecognized reason");
+        assert_eq!(reject_msg(0), c"unrecognized reason");
+        assert_eq!(reject_msg(-1), c"unrecognized reason");
+        assert_eq!(reject_msg(36), c"unrecognized reason");
+    }
+}

@@ -1,0 +1,103 @@
+//! The userspace glue: devices, GIDs, paths and fault injection (`ibcm_*`).
+
+use std::ffi::{CStr, c_char, c_int, c_uint};
+
+use super::{err_ptr, guard, path, ret};
+use crate::abi::{ib_device, ib_gid, sa_path_rec};
+use crate::errno::{EINVAL, EIO};
+use crate::{cm, errno::CmResult};
+
+fn with_device(
+    device: *mut ib_device,
+    f: impl FnOnce(&std::sync::Arc<cm::device::Device>) -> CmResult,
+) -> c_int {
+    guard(EIO.to_neg(), || {
+        ret(cm::lookup_device(device as usize)
+            .ok_or(EINVAL)
+            .and_then(|d| f(&d)))
+    })
+}
+
+/// Opens a device: `loop0`, `loop1`, … are devices of the in-process fabric.
+/// Returns `ERR_PTR(-ENODEV)` for an unknown name, `ERR_PTR(-EBUSY)` if it is
+/// open already, `ERR_PTR(-EINVAL)` for NULL.
+///
+/// # Safety
+/// A non-NULL `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut ib_device {
+    guard(err_ptr(EIO), || {
+        if name.is_null() {
+            return err_ptr(EINVAL);
+        }
+        // SAFETY: non-NULL and NUL-terminated by the caller's promise.
+        let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
+            return err_ptr(EINVAL);
+        };
+        match cm::open_device(name) {
+            Ok(device) => std::sync::Arc::as_ptr(&device) as *mut ib_device,
+            Err(e) => err_ptr(e),
+        }
+    })
+}
+
+/// Closes a device; `-EBUSY` while cm_ids of it remain.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_close_device(device: *mut ib_device) -> c_int {
+    with_device(device, cm::close_device)
+}
+
+/// The GID at `index` of port `port_num` (only index 0 exists on loop ports).
+///
+/// # Safety
+/// A non-NULL `gid` points to writable memory for a `union ib_gid`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_query_gid(
+    device: *mut ib_device,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ib_gid,
+) -> c_int {
+    with_device(device, |d| {
+        let port = d.port(port_num)?;
+        if index != 0 || gid.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: non-NULL and writable by the caller's promise.
+        unsafe { gid.write(ib_gid { raw: port.gid }) };
+        Ok(())
+    })
+}
+
+/// Fills `path` with a path from port `port_num` to `dgid`, usable as
+/// `ib_cm_req_param.primary_path`.
+///
+/// # Safety
+/// Non-NULL pointers point to a readable GID and a writable `sa_path_rec`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_init_path(
+    device: *mut ib_device,
+    port_num: u8,
+    dgid: *const ib_gid,
+    path: *mut sa_path_rec,
+) -> c_int {
+    with_device(device, |d| {
+        if dgid.is_null() || path.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: non-NULL and readable; any bit pattern is a valid GID.
+        let dgid = unsafe { (*dgid).raw };
+        let p = d.init_path(port_num, &dgid)?;
+        // SAFETY: non-NULL and writable by the caller's promise.
+        unsafe { path.write(path::to_c(&p)) };
+        Ok(())
+    })
+}
+
+/// Fault injection on the in-process fabric: drops the next `count` MADs
+/// with attribute `attr_id` (host order, e.g. 0x0015 for DREQ) that `device`
+/// sends; 0 cancels. `-EOPNOTSUPP` on other devices.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_loop_drop(device: *mut ib_device, attr_id: u16, count: c_uint) -> c_int {
+    with_device(device, |d| d.drop_next(attr_id, count))
+}

@@ -1,0 +1,174 @@
+//! Delivering an engine event to a C `ib_cm_handler`.
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::path;
+use crate::abi::{
+    CIntRejReason, ib_cm_event, ib_cm_event_param, ib_cm_id, ib_cm_rej_event_param,
+    ib_cm_rep_event_param, ib_cm_req_event_param, rdma_ucm_ece, sa_path_rec,
+};
+use crate::cm::event::{CmEvent, EventParam, RepRcvd, ReqRcvd};
+use crate::cm::id::CmIdPriv;
+use crate::wire::{MAD_SIZE, Mad};
+
+type CHandler = unsafe extern "C" fn(*mut ib_cm_id, *const ib_cm_event) -> c_int;
+
+/// Packs `responder_resources`, `initiator_depth` and the REQ event's
+/// bitfields into their `unsigned int` units, where gcc puts them.
+fn req_units(r: &ReqRcvd) -> (u32, u32) {
+    let unit0 = u32::from(r.responder_resources)
+        | u32::from(r.initiator_depth) << 8
+        | u32::from(r.local_cm_response_timeout & 0x1f) << 16
+        | u32::from(r.flow_control) << 21
+        | u32::from(r.remote_cm_response_timeout & 0x1f) << 22
+        | u32::from(r.retry_count & 0x7) << 27;
+    let unit1 = u32::from(r.rnr_retry_count & 0x7) | u32::from(r.srq) << 3;
+    (unit0, unit1)
+}
+
+/// The REP event's unit: `responder_resources`, `initiator_depth`, then
+/// `target_ack_delay:5`, `failover_accepted:2`, `flow_control:1`,
+/// `rnr_retry_count:3`, `srq:1`.
+fn rep_unit(r: &RepRcvd) -> u32 {
+    u32::from(r.responder_resources)
+        | u32::from(r.initiator_depth) << 8
+        | u32::from(r.target_ack_delay & 0x1f) << 16
+        | u32::from(r.failover_accepted & 0x3) << 21
+        | u32::from(r.flow_control) << 23
+        | u32::from(r.rnr_retry_count & 0x7) << 24
+        | u32::from(r.srq) << 27
+}
+
+fn ece((vendor_id, attr_mod): (u32, u32)) -> rdma_ucm_ece {
+    rdma_ucm_ece {
+        vendor_id,
+        attr_mod,
+    }
+}
+
+/// The engine's handler for every id created through the C API: converts the
+/// event and calls the id's `cm_handler` as C set it (read at delivery time,
+/// since kernel users may change `cm_id->cm_handler`).
+pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
+    let handler = id.public.cm_handler.load(Ordering::Acquire);
+    if handler == 0 {
+        return 0;
+    }
+    // SAFETY: `cm_handler` holds either 0 or a function pointer C stored there
+    // as an `ib_cm_handler` (via `ib_create_cm_id` or `cm_id->cm_handler`).
+    let handler: CHandler = unsafe { std::mem::transmute::<usize, CHandler>(handler) };
+
+    // The handler may write through `private_data` (it is `void *`): give it a
+    // copy of the MAD that lives for the call.
+    let mut mad: Mad = ev.mad.as_deref().copied().unwrap_or([0; MAD_SIZE]);
+    let mad_at = |range: &std::ops::Range<usize>, mad: &mut Mad| -> *mut c_void {
+        mad[range.start..].as_mut_ptr().cast()
+    };
+    let private_data = match &ev.private_data {
+        Some(range) => mad_at(range, &mut mad),
+        None => ptr::null_mut(),
+    };
+
+    let mut primary: Option<sa_path_rec> = None;
+    let param = match &ev.param {
+        EventParam::None => ib_cm_event_param {
+            // Zeroed, unlike the kernel's uninitialised memory.
+            req_rcvd: zeroed_req_param(),
+        },
+        EventParam::SendStatus(status) => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.send_status = *status;
+            p
+        }
+        EventParam::ReqRcvd(r) => {
+            let path = primary.insert(path::to_c(&r.primary_path));
+            let (unit0, unit1) = req_units(r);
+            ib_cm_event_param {
+                req_rcvd: ib_cm_req_event_param {
+                    listen_id: r.listen_id.addr() as *mut ib_cm_id,
+                    bth_pkey: r.bth_pkey,
+                    port: r.port,
+                    primary_path: path,
+                    alternate_path: ptr::null_mut(),
+                    ppath_sgid_attr: ptr::null(),
+                    remote_ca_guid: r.remote_ca_guid.to_be(),
+                    remote_qkey: r.remote_qkey,
+                    remote_qpn: r.remote_qpn,
+                    qp_type: r.qp_type,
+                    starting_psn: r.starting_psn,
+                    unit0,
+                    unit1,
+                    ece: ece(r.ece),
+                },
+            }
+        }
+        EventParam::RepRcvd(r) => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.rep_rcvd = ib_cm_rep_event_param {
+                remote_ca_guid: r.remote_ca_guid.to_be(),
+                remote_qkey: r.remote_qkey,
+                remote_qpn: r.remote_qpn,
+                starting_psn: r.starting_psn,
+                unit0: rep_unit(r),
+                ece: ece(r.ece),
+            };
+            p
+        }
+        EventParam::RejRcvd(r) => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.rej_rcvd = ib_cm_rej_event_param {
+                reason: CIntRejReason(i32::from(r.reason)),
+                ari: mad_at(&r.ari, &mut mad),
+                ari_length: r.ari.len() as u8,
+            };
+            p
+        }
+        EventParam::MraRcvd { service_timeout } => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.mra_rcvd.service_timeout = *service_timeout;
+            p
+        }
+    };
+    let event = ib_cm_event {
+        event: ev.event,
+        param,
+        private_data,
+    };
+    let cm_id = id.addr() as *mut ib_cm_id;
+    // SAFETY: `handler` is the caller's `ib_cm_handler`; `cm_id` is live (the
+    // worker holds a reference) and `event`, the path and the MAD copy it
+    // points to outlive the call.
+    unsafe { handler(cm_id, &event) }
+}
+
+/// A REQ event parameter block of zeros: the largest union member, so zeroing
+/// it zeroes the whole union.
+fn zeroed_req_param() -> ib_cm_req_event_param {
+    ib_cm_req_event_param {
+        listen_id: ptr::null_mut(),
+        bth_pkey: 0,
+        port: 0,
+        primary_path: ptr::null_mut(),
+        alternate_path: ptr::null_mut(),
+        ppath_sgid_attr: ptr::null(),
+        remote_ca_guid: 0,
+        remote_qkey: 0,
+        remote_qpn: 0,
+        qp_type: crate::abi::ib_qp_type::IB_QPT_SMI,
+        starting_psn: 0,
+        unit0: 0,
+        unit1: 0,
+        ece: rdma_ucm_ece::default(),
+    }
+}

@@ -1,0 +1,80 @@
+//! The C ABI: the only place with `extern "C"`, `#[unsafe(no_mangle)]` and raw
+//! pointers (besides the umad transport).
+//!
+//! Conventions: every function returns 0 or a negative errno, or for pointers
+//! `ERR_PTR(-errno)`; a pointer to a cm_id or device is looked up in the
+//! library's tables before it is used, so NULL, stale and foreign pointers give
+//! `-EINVAL` instead of a crash; a panic never crosses into C.
+
+mod api;
+mod device;
+mod event;
+mod path;
+
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use crate::abi::ib_cm_id;
+use crate::cm::id::CmIdPriv;
+use crate::errno::{CmResult, EINVAL, EIO, Errno};
+
+/// Runs `f`, turning a panic into `on_panic` (a panic must not unwind into C).
+fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+/// `0` or `-errno`.
+fn ret(result: CmResult) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => e.to_neg(),
+    }
+}
+
+/// The kernel's `ERR_PTR(-errno)`.
+fn err_ptr<T>(e: Errno) -> *mut T {
+    e.to_neg() as isize as *mut T
+}
+
+/// Runs `f` on the live cm_id `cm_id` points to; `-EINVAL` for NULL or a
+/// pointer that is not a live cm_id.
+fn with_id(cm_id: *mut ib_cm_id, f: impl FnOnce(&Arc<CmIdPriv>) -> CmResult) -> i32 {
+    guard(EIO.to_neg(), || {
+        ret(crate::cm::lookup_id(cm_id as usize)
+            .ok_or(EINVAL)
+            .and_then(|id| f(&id)))
+    })
+}
+
+/// Private data as C passes it: `None` for NULL (whatever the length), else
+/// `len` bytes. Callers check `len` against the message's limit first, so no
+/// byte past what the kernel would read is touched.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to `len` readable bytes that stay valid and
+/// unchanged for `'a`.
+unsafe fn private_data<'a>(ptr: *const c_void, len: u8) -> Option<&'a [u8]> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL, and the caller guarantees `len` readable bytes.
+    Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), usize::from(len)) })
+}
+
+/// `private_data` that must not exceed `max` bytes: `-EINVAL` before the
+/// memory is touched, as the kernel checks before copying.
+///
+/// # Safety
+/// As for [`private_data`].
+unsafe fn bounded_private_data<'a>(
+    ptr: *const c_void,
+    len: u8,
+    max: usize,
+) -> CmResult<Option<&'a [u8]>> {
+    if !ptr.is_null() && usize::from(len) > max {
+        return Err(EINVAL);
+    }
+    // SAFETY: forwarded from the caller.
+    Ok(unsafe { private_data(ptr, len) })
+}

@@ -1,0 +1,13 @@
+//! ib_cm: the Linux kernel's InfiniBand Connection Manager API
+//! (`include/rdma/ib_cm.h`) in userspace, as a C library.
+//!
+//! Layers, one direction of dependency: [`ffi`] (the C ABI) → [`cm`] (the
+//! engine) → [`wire`] (CM MAD encoding), and [`cm`] → [`transport`] (where MADs
+//! go). [`abi`] holds the C types both the engine and the ABI use.
+pub mod abi;
+pub mod cm;
+pub mod errno;
+pub mod ffi;
+pub mod timer;
+pub mod transport;
+pub mod wire;

@@ -1,0 +1,168 @@
+//! The in-process fabric: devices `loop0`, `loop1`, … of one process exchange
+//! encoded 256-byte MADs, exactly as they would cross a wire, with fault
+//! injection (drop the next N MADs of an attribute).
+//!
+//! Addressing: `loopN` has one port whose GID is `fe80::` + its node GUID and
+//! whose LID is N + 1. A MAD goes to the device that owns its destination GID;
+//! one for a device that is not open is lost, as on a wire.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::{MadAddr, MadTransport, RecvFn};
+use crate::errno::{CmResult, EBUSY, EINVAL};
+use crate::wire::Mad;
+
+/// The node GUIDs of loop devices: a fixed OUI-like prefix plus N + 1.
+const LOOP_GUID_BASE: u64 = 0x0002_c903_00ab_0000;
+/// The highest loop device index (LIDs stay in the unicast range).
+pub const MAX_LOOP_INDEX: u32 = 0xfff;
+
+/// The identity of one loop device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopIdentity {
+    pub index: u32,
+    pub node_guid: u64,
+    pub gid: [u8; 16],
+    pub lid: u16,
+}
+
+impl LoopIdentity {
+    /// `loopN` for N ≤ [`MAX_LOOP_INDEX`]; `None` for any other name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let digits = name.strip_prefix("loop")?;
+        if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+            return None;
+        }
+        let index: u32 = digits.parse().ok()?;
+        (index <= MAX_LOOP_INDEX).then(|| Self::from_index(index))
+    }
+
+    fn from_index(index: u32) -> Self {
+        let node_guid = LOOP_GUID_BASE + u64::from(index) + 1;
+        let mut gid = [0u8; 16];
+        gid[0] = 0xfe;
+        gid[1] = 0x80;
+        gid[8..].copy_from_slice(&node_guid.to_be_bytes());
+        Self {
+            index,
+            node_guid,
+            gid,
+            lid: (index + 1) as u16,
+        }
+    }
+
+    /// The loop device that owns `gid`, whether or not it is open.
+    pub fn from_gid(gid: &[u8; 16]) -> Option<Self> {
+        if gid[..8] != [0xfe, 0x80, 0, 0, 0, 0, 0, 0] {
+            return None;
+        }
+        let guid = u64::from_be_bytes(gid[8..].try_into().ok()?);
+        let index = guid.checked_sub(LOOP_GUID_BASE + 1)?;
+        (index <= u64::from(MAX_LOOP_INDEX)).then(|| Self::from_index(index as u32))
+    }
+}
+
+/// Open loop devices by index, and what they receive with.
+fn fabric() -> &'static Mutex<HashMap<u32, RecvFn>> {
+    static FABRIC: OnceLock<Mutex<HashMap<u32, RecvFn>>> = OnceLock::new();
+    FABRIC.get_or_init(Default::default)
+}
+
+/// One open loop device's transport.
+pub struct LoopTransport {
+    me: LoopIdentity,
+    /// attribute ID → how many more MADs of it to drop.
+    drops: Mutex<HashMap<u16, u32>>,
+}
+
+impl LoopTransport {
+    /// Attaches `me` to the fabric; `-EBUSY` if it is already open.
+    pub fn open(me: LoopIdentity, recv: RecvFn) -> CmResult<Arc<Self>> {
+        let mut fabric = fabric().lock();
+        if fabric.contains_key(&me.index) {
+            return Err(EBUSY);
+        }
+        fabric.insert(me.index, recv);
+        Ok(Arc::new(Self {
+            me,
+            drops: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Consumes one pending drop for `attr_id`, if any.
+    fn take_drop(&self, attr_id: u16) -> bool {
+        let mut drops = self.drops.lock();
+        match drops.get_mut(&attr_id) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *n == 0 {
+                    drops.remove(&attr_id);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl MadTransport for LoopTransport {
+    fn send(&self, _port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        if self.take_drop(u16::from_be_bytes([mad[16], mad[17]])) {
+            return Ok(());
+        }
+        let Some(dest) = LoopIdentity::from_gid(&addr.dgid) else {
+            return Err(EINVAL);
+        };
+        let Some(recv) = fabric().lock().get(&dest.index).cloned() else {
+            return Ok(()); // nobody there: lost, as on a wire
+        };
+        // What the receiver learns about the sender: the address to reply to.
+        let reply = MadAddr {
+            dlid: self.me.lid,
+            sl: addr.sl,
+            pkey_index: addr.pkey_index,
+            grh: addr.grh,
+            dgid: self.me.gid,
+            sgid_index: 0,
+            hop_limit: addr.hop_limit,
+            traffic_class: addr.traffic_class,
+            flow_label: addr.flow_label,
+        };
+        recv(1, reply, Box::new(*mad));
+        Ok(())
+    }
+
+    fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
+        let mut drops = self.drops.lock();
+        if count == 0 {
+            drops.remove(&attr_id);
+        } else {
+            drops.insert(attr_id, count);
+        }
+        Ok(())
+    }
+
+    fn close(&self) {
+        fabric().lock().remove(&self.me.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loop_names_map_to_distinct_gids_and_lids() {
+        let a = LoopIdentity::from_name("loop0").unwrap();
+        let b = LoopIdentity::from_name("loop1").unwrap();
+        assert_ne!(a.gid, b.gid);
+        assert_eq!((a.lid, b.lid), (1, 2));
+        assert_eq!(LoopIdentity::from_gid(&b.gid), Some(b));
+        for bad in ["loop", "loop01", "loopx", "rxe0", "loop4096", "loop-1"] {
+            assert_eq!(LoopIdentity::from_name(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! MAD transports: how a device's CM MADs reach the wire.
+//!
+//! `loopback` is the in-process fabric (devices `loop0`, `loop1`, …). Every
+//! transport carries whole 256-byte MADs; received ones go to the engine through
+//! a [`RecvFn`].
+pub mod loopback;
+
+use std::sync::Arc;
+
+use crate::errno::{CmResult, EOPNOTSUPP};
+use crate::wire::Mad;
+
+/// The address of a MAD: the fields of `ib_mad_addr` / an address handle that
+/// the CM needs, for sending, and as reported with a received MAD (then it is
+/// the address to reply to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MadAddr {
+    pub dlid: u16,
+    pub sl: u8,
+    pub pkey_index: u16,
+    pub grh: bool,
+    pub dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub flow_label: u32,
+}
+
+/// Called by a transport for every MAD it receives: (port number, reply
+/// address, MAD).
+pub type RecvFn = Arc<dyn Fn(u8, MadAddr, Box<Mad>) + Send + Sync>;
+
+/// One device's way to the wire.
+pub trait MadTransport: Send + Sync {
+    /// Sends one MAD from `port_num` to `addr` (QP1, the GSI Q_Key). Never blocks
+    /// on the peer.
+    fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult;
+
+    /// Fault injection: drop the next `count` MADs of `attr_id` this device sends.
+    fn drop_next(&self, _attr_id: u16, _count: u32) -> CmResult {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Stops receiving; called once when the device is closed.
+    fn close(&self);
+}

@@ -1,0 +1,553 @@
+//! REQ, Request for communication (IBTA Vol.1 Table 106, `struct cm_req_msg`).
+
+use super::field::{Field, Field64, FieldBytes};
+use super::{DecodeError, Mad, attr, new_mad};
+
+pub const CM_REQ_LOCAL_COMM_ID: Field = Field::new(0, 32);
+/// ECE vendor ID, in the 24 bits after the reserved byte 4.
+pub const CM_REQ_VENDOR_ID: Field = Field::new(5, 24);
+pub const CM_REQ_SERVICE_ID: Field64 = Field64::new(8);
+pub const CM_REQ_LOCAL_CA_GUID: Field64 = Field64::new(16);
+pub const CM_REQ_LOCAL_Q_KEY: Field = Field::new(28, 32);
+pub const CM_REQ_LOCAL_QPN: Field = Field::new(32, 24);
+pub const CM_REQ_RESPONDER_RESOURCES: Field = Field::new(35, 8);
+pub const CM_REQ_LOCAL_EECN: Field = Field::new(36, 24);
+pub const CM_REQ_INITIATOR_DEPTH: Field = Field::new(39, 8);
+pub const CM_REQ_REMOTE_EECN: Field = Field::new(40, 24);
+pub const CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT: Field = Field::new(43, 5);
+pub const CM_REQ_TRANSPORT_SERVICE_TYPE: Field = Field::bits(43, 5, 2);
+pub const CM_REQ_END_TO_END_FLOW_CONTROL: Field = Field::bits(43, 7, 1);
+pub const CM_REQ_STARTING_PSN: Field = Field::new(44, 24);
+pub const CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT: Field = Field::new(47, 5);
+pub const CM_REQ_RETRY_COUNT: Field = Field::bits(47, 5, 3);
+pub const CM_REQ_PARTITION_KEY: Field = Field::new(48, 16);
+pub const CM_REQ_PATH_PACKET_PAYLOAD_MTU: Field = Field::new(50, 4);
+pub const CM_REQ_RDC_EXISTS: Field = Field::bits(50, 4, 1);
+pub const CM_REQ_RNR_RETRY_COUNT: Field = Field::bits(50, 5, 3);
+pub const CM_REQ_MAX_CM_RETRIES: Field = Field::new(51, 4);
+pub const CM_REQ_SRQ: Field = Field::bits(51, 4, 1);
+pub const CM_REQ_EXTENDED_TRANSPORT_TYPE: Field = Field::bits(51, 5, 3);
+pub const CM_REQ_PRIMARY_LOCAL_PORT_LID: Field = Field::new(52, 16);
+pub const CM_REQ_PRIMARY_REMOTE_PORT_LID: Field = Field::new(54, 16);
+pub const CM_REQ_PRIMARY_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(56);
+pub const CM_REQ_PRIMARY_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(72);
+pub const CM_REQ_PRIMARY_FLOW_LABEL: Field = Field::new(88, 20);
+pub const CM_REQ_PRIMARY_PACKET_RATE: Field = Field::bits(91, 2, 6);
+pub const CM_REQ_PRIMARY_TRAFFIC_CLASS: Field = Field::new(92, 8);
+pub const CM_REQ_PRIMARY_HOP_LIMIT: Field = Field::new(93, 8);
+pub const CM_REQ_PRIMARY_SL: Field = Field::new(94, 4);
+pub const CM_REQ_PRIMARY_SUBNET_LOCAL: Field = Field::bits(94, 4, 1);
+pub const CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT: Field = Field::new(95, 5);
+pub const CM_REQ_ALTERNATE_LOCAL_PORT_LID: Field = Field::new(96, 16);
+pub const CM_REQ_ALTERNATE_REMOTE_PORT_LID: Field = Field::new(98, 16);
+pub const CM_REQ_ALTERNATE_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(100);
+pub const CM_REQ_ALTERNATE_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(116);
+pub const CM_REQ_ALTERNATE_FLOW_LABEL: Field = Field::new(132, 20);
+pub const CM_REQ_ALTERNATE_PACKET_RATE: Field = Field::bits(135, 2, 6);
+pub const CM_REQ_ALTERNATE_TRAFFIC_CLASS: Field = Field::new(136, 8);
+pub const CM_REQ_ALTERNATE_HOP_LIMIT: Field = Field::new(137, 8);
+pub const CM_REQ_ALTERNATE_SL: Field = Field::new(138, 4);
+pub const CM_REQ_ALTERNATE_SUBNET_LOCAL: Field = Field::bits(138, 4, 1);
+pub const CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT: Field = Field::new(139, 5);
+pub const CM_REQ_SAP_SUPPORTED: Field = Field::bits(139, 5, 1);
+pub const CM_REQ_PRIVATE_DATA: FieldBytes<92> = FieldBytes::new(140);
+
+/// REQ Transport Service Type (cm_msgs.h); 2 is reserved. XRC is 3 with extended type 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransportType {
+    #[default]
+    Rc = 0,
+    Uc = 1,
+    Xrc = 3,
+}
+
+/// One path of a REQ: the primary and alternate paths have the same fields at different offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReqPath {
+    pub local_lid: u16,
+    pub remote_lid: u16,
+    pub local_gid: [u8; 16],
+    pub remote_gid: [u8; 16],
+    /// 20 bits.
+    pub flow_label: u32,
+    /// 6 bits, `enum ib_rate`.
+    pub packet_rate: u8,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    /// 4 bits.
+    pub sl: u8,
+    pub subnet_local: bool,
+    /// 5 bits.
+    pub local_ack_timeout: u8,
+}
+
+/// The field descriptors of one `ReqPath`.
+struct PathFields {
+    local_lid: Field,
+    remote_lid: Field,
+    local_gid: FieldBytes<16>,
+    remote_gid: FieldBytes<16>,
+    flow_label: Field,
+    packet_rate: Field,
+    traffic_class: Field,
+    hop_limit: Field,
+    sl: Field,
+    subnet_local: Field,
+    local_ack_timeout: Field,
+}
+
+const PRIMARY: PathFields = PathFields {
+    local_lid: CM_REQ_PRIMARY_LOCAL_PORT_LID,
+    remote_lid: CM_REQ_PRIMARY_REMOTE_PORT_LID,
+    local_gid: CM_REQ_PRIMARY_LOCAL_PORT_GID,
+    remote_gid: CM_REQ_PRIMARY_REMOTE_PORT_GID,
+    flow_label: CM_REQ_PRIMARY_FLOW_LABEL,
+    packet_rate: CM_REQ_PRIMARY_PACKET_RATE,
+    traffic_class: CM_REQ_PRIMARY_TRAFFIC_CLASS,
+    hop_limit: CM_REQ_PRIMARY_HOP_LIMIT,
+    sl: CM_REQ_PRIMARY_SL,
+    subnet_local: CM_REQ_PRIMARY_SUBNET_LOCAL,
+    local_ack_timeout: CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT,
+};
+
+const ALTERNATE: PathFields = PathFields {
+    local_lid: CM_REQ_ALTERNATE_LOCAL_PORT_LID,
+    remote_lid: CM_REQ_ALTERNATE_REMOTE_PORT_LID,
+    local_gid: CM_REQ_ALTERNATE_LOCAL_PORT_GID,
+    remote_gid: CM_REQ_ALTERNATE_REMOTE_PORT_GID,
+    flow_label: CM_REQ_ALTERNATE_FLOW_LABEL,
+    packet_rate: CM_REQ_ALTERNATE_PACKET_RATE,
+    traffic_class: CM_REQ_ALTERNATE_TRAFFIC_CLASS,
+    hop_limit: CM_REQ_ALTERNATE_HOP_LIMIT,
+    sl: CM_REQ_ALTERNATE_SL,
+    subnet_local: CM_REQ_ALTERNATE_SUBNET_LOCAL,
+    local_ack_timeout: CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT,
+};
+
+impl PathFields {
+    fn set(&self, mad: &mut Mad, path: &ReqPath) {
+        self.local_lid.set(mad, path.local_lid.into());
+        self.remote_lid.set(mad, path.remote_lid.into());
+        self.local_gid.set(mad, &path.local_gid);
+        self.remote_gid.set(mad, &path.remote_gid);
+        self.flow_label.set(mad, path.flow_label);
+        self.packet_rate.set(mad, path.packet_rate.into());
+        self.traffic_class.set(mad, path.traffic_class.into());
+        self.hop_limit.set(mad, path.hop_limit.into());
+        self.sl.set(mad, path.sl.into());
+        self.subnet_local.set(mad, path.subnet_local.into());
+        self.local_ack_timeout
+            .set(mad, path.local_ack_timeout.into());
+    }
+
+    fn get(&self, mad: &Mad) -> ReqPath {
+        ReqPath {
+            local_lid: self.local_lid.get(mad) as u16,
+            remote_lid: self.remote_lid.get(mad) as u16,
+            local_gid: self.local_gid.get(mad),
+            remote_gid: self.remote_gid.get(mad),
+            flow_label: self.flow_label.get(mad),
+            packet_rate: self.packet_rate.get(mad) as u8,
+            traffic_class: self.traffic_class.get(mad) as u8,
+            hop_limit: self.hop_limit.get(mad) as u8,
+            sl: self.sl.get(mad) as u8,
+            subnet_local: self.subnet_local.get(mad) != 0,
+            local_ack_timeout: self.local_ack_timeout.get(mad) as u8,
+        }
+    }
+}
+
+/// Every field of Table 106. Widths below 8/16/32 bits are noted; encode truncates wider values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Req {
+    /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
+    pub attr_mod: u32,
+    pub local_comm_id: u32,
+    /// 24 bits (ECE).
+    pub vendor_id: u32,
+    pub service_id: u64,
+    pub local_ca_guid: u64,
+    pub local_qkey: u32,
+    /// 24 bits.
+    pub local_qpn: u32,
+    pub responder_resources: u8,
+    /// 24 bits.
+    pub local_eecn: u32,
+    pub initiator_depth: u8,
+    /// 24 bits.
+    pub remote_eecn: u32,
+    /// 5 bits.
+    pub remote_cm_response_timeout: u8,
+    pub transport_service_type: TransportType,
+    pub end_to_end_flow_control: bool,
+    /// 24 bits.
+    pub starting_psn: u32,
+    /// 5 bits.
+    pub local_cm_response_timeout: u8,
+    /// 3 bits.
+    pub retry_count: u8,
+    pub pkey: u16,
+    /// 4 bits, `enum ib_mtu` (3 = 1024).
+    pub path_mtu: u8,
+    pub rdc_exists: bool,
+    /// 3 bits.
+    pub rnr_retry_count: u8,
+    /// 4 bits.
+    pub max_cm_retries: u8,
+    pub srq: bool,
+    /// 3 bits.
+    pub extended_transport_type: u8,
+    pub primary_path: ReqPath,
+    pub alternate_path: ReqPath,
+    pub sap_supported: bool,
+    pub private_data: [u8; 92],
+}
+
+impl Default for Req {
+    fn default() -> Self {
+        Self {
+            attr_mod: 0,
+            local_comm_id: 0,
+            vendor_id: 0,
+            service_id: 0,
+            local_ca_guid: 0,
+            local_qkey: 0,
+            local_qpn: 0,
+            responder_resources: 0,
+            local_eecn: 0,
+            initiator_depth: 0,
+            remote_eecn: 0,
+            remote_cm_response_timeout: 0,
+            transport_service_type: TransportType::Rc,
+            end_to_end_flow_control: false,
+            starting_psn: 0,
+            local_cm_response_timeout: 0,
+            retry_count: 0,
+            pkey: 0,
+            path_mtu: 0,
+            rdc_exists: false,
+            rnr_retry_count: 0,
+            max_cm_retries: 0,
+            srq: false,
+            extended_transport_type: 0,
+            primary_path: ReqPath::default(),
+            alternate_path: ReqPath::default(),
+            sap_supported: false,
+            private_data: [0; 92],
+        }
+    }
+}
+
+impl Req {
+    /// Encodes every field as given (the kernel's `cm_format_req` leaves some at zero).
+    pub fn encode(&self, tid: u64) -> Mad {
+        let mut mad = new_mad(attr::REQ, tid, self.attr_mod);
+        let m = &mut mad;
+        CM_REQ_LOCAL_COMM_ID.set(m, self.local_comm_id);
+        CM_REQ_VENDOR_ID.set(m, self.vendor_id);
+        CM_REQ_SERVICE_ID.set(m, self.service_id);
+        CM_REQ_LOCAL_CA_GUID.set(m, self.local_ca_guid);
+        CM_REQ_LOCAL_Q_KEY.set(m, self.local_qkey);
+        CM_REQ_LOCAL_QPN.set(m, self.local_qpn);
+        CM_REQ_RESPONDER_RESOURCES.set(m, self.responder_resources.into());
+        CM_REQ_LOCAL_EECN.set(m, self.local_eecn);
+        CM_REQ_INITIATOR_DEPTH.set(m, self.initiator_depth.into());
+        CM_REQ_REMOTE_EECN.set(m, self.remote_eecn);
+        CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT.set(m, self.remote_cm_response_timeout.into());
+        CM_REQ_TRANSPORT_SERVICE_TYPE.set(m, self.transport_service_type as u32);
+        CM_REQ_END_TO_END_FLOW_CONTROL.set(m, self.end_to_end_flow_control.into());
+        CM_REQ_STARTING_PSN.set(m, self.starting_psn);
+        CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT.set(m, self.local_cm_response_timeout.into());
+        CM_REQ_RETRY_COUNT.set(m, self.retry_count.into());
+        CM_REQ_PARTITION_KEY.set(m, self.pkey.into());
+        CM_REQ_PATH_PACKET_PAYLOAD_MTU.set(m, self.path_mtu.into());
+        CM_REQ_RDC_EXISTS.set(m, self.rdc_exists.into());
+        CM_REQ_RNR_RETRY_COUNT.set(m, self.rnr_retry_count.into());
+        CM_REQ_MAX_CM_RETRIES.set(m, self.max_cm_retries.into());
+        CM_REQ_SRQ.set(m, self.srq.into());
+        CM_REQ_EXTENDED_TRANSPORT_TYPE.set(m, self.extended_transport_type.into());
+        PRIMARY.set(m, &self.primary_path);
+        ALTERNATE.set(m, &self.alternate_path);
+        CM_REQ_SAP_SUPPORTED.set(m, self.sap_supported.into());
+        CM_REQ_PRIVATE_DATA.set(m, &self.private_data);
+        mad
+    }
+
+    /// Decodes a MAD whose header `parse_header` already accepted (the attribute modifier is
+    /// read from the header too, for ECE). Fails only for the reserved transport type 2.
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
+        let byte = |f: Field| f.get(mad) as u8;
+        let transport_service_type = match CM_REQ_TRANSPORT_SERVICE_TYPE.get(mad) {
+            0 => TransportType::Rc,
+            1 => TransportType::Uc,
+            3 => TransportType::Xrc,
+            value => {
+                let field = "CM_REQ_TRANSPORT_SERVICE_TYPE";
+                return Err(DecodeError::FieldRange { field, value });
+            }
+        };
+        Ok(Self {
+            attr_mod: u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]),
+            local_comm_id: CM_REQ_LOCAL_COMM_ID.get(mad),
+            vendor_id: CM_REQ_VENDOR_ID.get(mad),
+            service_id: CM_REQ_SERVICE_ID.get(mad),
+            local_ca_guid: CM_REQ_LOCAL_CA_GUID.get(mad),
+            local_qkey: CM_REQ_LOCAL_Q_KEY.get(mad),
+            local_qpn: CM_REQ_LOCAL_QPN.get(mad),
+            responder_resources: byte(CM_REQ_RESPONDER_RESOURCES),
+            local_eecn: CM_REQ_LOCAL_EECN.get(mad),
+            initiator_depth: byte(CM_REQ_INITIATOR_DEPTH),
+            remote_eecn: CM_REQ_REMOTE_EECN.get(mad),
+            remote_cm_response_timeout: byte(CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT),
+            transport_service_type,
+            end_to_end_flow_control: CM_REQ_END_TO_END_FLOW_CONTROL.get(mad) != 0,
+            starting_psn: CM_REQ_STARTING_PSN.get(mad),
+            local_cm_response_timeout: byte(CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT),
+            retry_count: byte(CM_REQ_RETRY_COUNT),
+            pkey: CM_REQ_PARTITION_KEY.get(mad) as u16,
+            path_mtu: byte(CM_REQ_PATH_PACKET_PAYLOAD_MTU),
+            rdc_exists: CM_REQ_RDC_EXISTS.get(mad) != 0,
+            rnr_retry_count: byte(CM_REQ_RNR_RETRY_COUNT),
+            max_cm_retries: byte(CM_REQ_MAX_CM_RETRIES),
+            srq: CM_REQ_SRQ.get(mad) != 0,
+            extended_transport_type: byte(CM_REQ_EXTENDED_TRANSPORT_TYPE),
+            primary_path: PRIMARY.get(mad),
+            alternate_path: ALTERNATE.get(mad),
+            sap_supported: CM_REQ_SAP_SUPPORTED.get(mad) != 0,
+            private_data: CM_REQ_PRIVATE_DATA.get(mad),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::parse_header;
+    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+
+    /// c2-userspace-A-vs-kernel-B.pcap: B's kernel rdma_cm REQ received by A's userspace agent
+    /// (NOTES.md §C2; decode_cm_pcap.py --hex 0x10 gives all 256 bytes).
+    const KERNEL_REQ: &str = "
+        0000: 01 07 02 03 00 00 00 00 00 00 00 02 34 d2 77 55
+        0010: 00 10 00 00 00 00 00 00 55 77 d2 34 00 00 00 00
+        0020: 00 00 00 00 01 06 1c 06 50 54 00 ff fe 90 6c a2
+        0030: 00 00 00 00 00 00 00 00 00 00 11 01 00 00 00 01
+        0040: 00 00 00 a0 70 38 6a a7 ff ff 37 f0 ff ff ff ff
+        0050: 00 00 00 00 00 00 00 00 00 00 ff ff 0a 4e 00 02
+        0060: 00 00 00 00 00 00 00 00 00 00 ff ff 0a 4e 00 01
+        0070: bd e8 80 00 00 40 00 98 00 00 00 00 00 00 00 00
+        0080: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        0090: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00a0: 00 00 00 00 00 40 e5 3e 00 00 00 00 00 00 00 00
+        00b0: 00 00 00 00 0a 4e 00 02 00 00 00 00 00 00 00 00
+        00c0: 00 00 00 00 0a 4e 00 01 00 00 00 00 00 00 00 00
+        00d0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00e0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00f0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+
+    /// `::ffff:a.b.c.d` as a GID.
+    fn v4_mapped_gid(ip: [u8; 4]) -> [u8; 16] {
+        let mut gid = [0; 16];
+        gid[10..12].copy_from_slice(&[0xff, 0xff]);
+        gid[12..].copy_from_slice(&ip);
+        gid
+    }
+
+    #[test]
+    fn kernel_rdma_cm_req_decodes_and_re_encodes_byte_exact() {
+        let captured = mad_from_dump(KERNEL_REQ);
+        let (hdr, mad) = parse_header(&captured).unwrap();
+        let req = Req::decode(mad).unwrap();
+
+        assert_eq!(req.local_comm_id, 0x5577_d234);
+        assert_eq!(req.service_id, 0x0000_0000_0106_1c06);
+        assert_eq!(req.local_ca_guid, 0x5054_00ff_fe90_6ca2);
+        assert_eq!(req.local_qpn, 0x11);
+        assert_eq!((req.responder_resources, req.initiator_depth), (1, 1));
+        assert_eq!(req.remote_cm_response_timeout, 20);
+        assert_eq!(req.transport_service_type, TransportType::Rc);
+        assert_eq!(req.starting_psn, 0x70_386a);
+        assert_eq!(req.local_cm_response_timeout, 20);
+        assert_eq!(req.retry_count, 7);
+        assert_eq!(req.pkey, 0xffff);
+        assert_eq!(req.path_mtu, 3); // IB_MTU_1024
+        assert_eq!(req.rnr_retry_count, 7);
+        assert_eq!(req.max_cm_retries, 15);
+        let p = req.primary_path;
+        assert_eq!((p.local_lid, p.remote_lid), (0xffff, 0xffff));
+        assert_eq!(p.local_gid, v4_mapped_gid([10, 78, 0, 2]));
+        assert_eq!(p.remote_gid, v4_mapped_gid([10, 78, 0, 1]));
+        assert_eq!(p.flow_label, 0xb_de88);
+        assert_eq!((p.traffic_class, p.hop_limit), (0, 64));
+        assert_eq!(p.local_ack_timeout, 19);
+        assert_eq!(req.alternate_path, ReqPath::default());
+        // rdma_cm's `struct cma_hdr`: version 0, IPv4, port 0xe53e, then src and dst addresses.
+        assert_eq!(req.private_data[..4], [0x00, 0x40, 0xe5, 0x3e]);
+        assert_eq!(req.private_data[16..20], [10, 78, 0, 2]);
+        assert_eq!(req.private_data[32..36], [10, 78, 0, 1]);
+
+        assert_eq!(req.encode(hdr.tid), captured);
+    }
+
+    #[test]
+    fn decode_rejects_reserved_transport_type_2() {
+        let mut mad = Req::default().encode(1);
+        CM_REQ_TRANSPORT_SERVICE_TYPE.set(&mut mad, 2);
+        let err = DecodeError::FieldRange {
+            field: "CM_REQ_TRANSPORT_SERVICE_TYPE",
+            value: 2,
+        };
+        assert_eq!(Req::decode(&mad), Err(err));
+    }
+
+    fn path_with(seed: u8, max: bool) -> ReqPath {
+        if max {
+            return ReqPath {
+                local_lid: u16::MAX,
+                remote_lid: u16::MAX,
+                local_gid: [0xff; 16],
+                remote_gid: [0xff; 16],
+                flow_label: 0xf_ffff,
+                packet_rate: 0x3f,
+                traffic_class: u8::MAX,
+                hop_limit: u8::MAX,
+                sl: 0xf,
+                subnet_local: true,
+                local_ack_timeout: 0x1f,
+            };
+        }
+        ReqPath {
+            local_lid: u16::from(seed) << 8 | 1,
+            remote_lid: u16::from(seed) << 8 | 2,
+            local_gid: std::array::from_fn(|i| seed + i as u8),
+            remote_gid: std::array::from_fn(|i| seed + 0x10 + i as u8),
+            flow_label: u32::from(seed) << 8 | 3,
+            packet_rate: seed % 0x40 + 4,
+            traffic_class: seed + 5,
+            hop_limit: seed + 6,
+            sl: 7,
+            subnet_local: true,
+            local_ack_timeout: seed % 0x10 + 8,
+        }
+    }
+
+    #[test]
+    fn round_trip_with_distinct_and_max_values() {
+        let distinct = Req {
+            attr_mod: 0x0102_0304,
+            local_comm_id: 0x0506_0708,
+            vendor_id: 0x09_0a0b,
+            service_id: 0x0c0d_0e0f_1011_1213,
+            local_ca_guid: 0x1415_1617_1819_1a1b,
+            local_qkey: 0x1c1d_1e1f,
+            local_qpn: 0x20_2122,
+            responder_resources: 0x23,
+            local_eecn: 0x24_2526,
+            initiator_depth: 0x27,
+            remote_eecn: 0x28_292a,
+            remote_cm_response_timeout: 0x1b,
+            transport_service_type: TransportType::Uc,
+            end_to_end_flow_control: true,
+            starting_psn: 0x2c_2d2e,
+            local_cm_response_timeout: 0x1d,
+            retry_count: 5,
+            pkey: 0x2f30,
+            path_mtu: 4,
+            rdc_exists: true,
+            rnr_retry_count: 6,
+            max_cm_retries: 9,
+            srq: true,
+            extended_transport_type: 1,
+            primary_path: path_with(0x40, false),
+            alternate_path: path_with(0x80, false),
+            sap_supported: true,
+            private_data: std::array::from_fn(|i| i as u8 + 1),
+        };
+        let max = Req {
+            attr_mod: u32::MAX,
+            local_comm_id: u32::MAX,
+            vendor_id: 0xff_ffff,
+            service_id: u64::MAX,
+            local_ca_guid: u64::MAX,
+            local_qkey: u32::MAX,
+            local_qpn: 0xff_ffff,
+            responder_resources: u8::MAX,
+            local_eecn: 0xff_ffff,
+            initiator_depth: u8::MAX,
+            remote_eecn: 0xff_ffff,
+            remote_cm_response_timeout: 0x1f,
+            transport_service_type: TransportType::Xrc,
+            end_to_end_flow_control: true,
+            starting_psn: 0xff_ffff,
+            local_cm_response_timeout: 0x1f,
+            retry_count: 7,
+            pkey: u16::MAX,
+            path_mtu: 0xf,
+            rdc_exists: true,
+            rnr_retry_count: 7,
+            max_cm_retries: 0xf,
+            srq: true,
+            extended_transport_type: 7,
+            primary_path: path_with(0, true),
+            alternate_path: path_with(0, true),
+            sap_supported: true,
+            private_data: [0xff; 92],
+        };
+        for req in [distinct, max] {
+            assert_eq!(Req::decode(&req.encode(7)).unwrap(), req);
+        }
+    }
+
+    #[test]
+    fn fields_match_table_106_and_touch_only_their_bits() {
+        check_table(vec![
+            (CM_REQ_LOCAL_COMM_ID.into(), Be32(24, 0xffff_ffff)),
+            (CM_REQ_VENDOR_ID.into(), Be32(28, 0x00ff_ffff)),
+            (CM_REQ_SERVICE_ID.into(), Be64(32)),
+            (CM_REQ_LOCAL_CA_GUID.into(), Be64(40)),
+            (CM_REQ_LOCAL_Q_KEY.into(), Be32(52, 0xffff_ffff)),
+            (CM_REQ_LOCAL_QPN.into(), Be32(56, 0xffff_ff00)),
+            (CM_REQ_RESPONDER_RESOURCES.into(), U8(59, 0xff)),
+            (CM_REQ_LOCAL_EECN.into(), Be32(60, 0xffff_ff00)),
+            (CM_REQ_INITIATOR_DEPTH.into(), U8(63, 0xff)),
+            (CM_REQ_REMOTE_EECN.into(), Be32(64, 0xffff_ff00)),
+            (CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT.into(), U8(67, 0xf8)),
+            (CM_REQ_TRANSPORT_SERVICE_TYPE.into(), U8(67, 0x06)),
+            (CM_REQ_END_TO_END_FLOW_CONTROL.into(), U8(67, 0x01)),
+            (CM_REQ_STARTING_PSN.into(), Be32(68, 0xffff_ff00)),
+            (CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT.into(), U8(71, 0xf8)),
+            (CM_REQ_RETRY_COUNT.into(), U8(71, 0x07)),
+            (CM_REQ_PARTITION_KEY.into(), Be16(72, 0xffff)),
+            (CM_REQ_PATH_PACKET_PAYLOAD_MTU.into(), U8(74, 0xf0)),
+            (CM_REQ_RDC_EXISTS.into(), U8(74, 0x08)),
+            (CM_REQ_RNR_RETRY_COUNT.into(), U8(74, 0x07)),
+            (CM_REQ_MAX_CM_RETRIES.into(), U8(75, 0xf0)),
+            (CM_REQ_SRQ.into(), U8(75, 0x08)),
+            (CM_REQ_EXTENDED_TRANSPORT_TYPE.into(), U8(75, 0x07)),
+            (CM_REQ_PRIMARY_LOCAL_PORT_LID.into(), Be16(76, 0xffff)),
+            (CM_REQ_PRIMARY_REMOTE_PORT_LID.into(), Be16(78, 0xffff)),
+            (CM_REQ_PRIMARY_LOCAL_PORT_GID.into(), Mem(80, 16)),
+            (CM_REQ_PRIMARY_REMOTE_PORT_GID.into(), Mem(96, 16)),
+            (CM_REQ_PRIMARY_FLOW_LABEL.into(), Be32(112, 0xffff_f000)),
+            (CM_REQ_PRIMARY_PACKET_RATE.into(), U8(115, 0x3f)),
+            (CM_REQ_PRIMARY_TRAFFIC_CLASS.into(), U8(116, 0xff)),
+            (CM_REQ_PRIMARY_HOP_LIMIT.into(), U8(117, 0xff)),
+            (CM_REQ_PRIMARY_SL.into(), U8(118, 0xf0)),
+            (CM_REQ_PRIMARY_SUBNET_LOCAL.into(), U8(118, 0x08)),
+            (CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT.into(), U8(119, 0xf8)),
+            (CM_REQ_ALTERNATE_LOCAL_PORT_LID.into(), Be16(120, 0xffff)),
+            (CM_REQ_ALTERNATE_REMOTE_PORT_LID.into(), Be16(122, 0xffff)),
+            (CM_REQ_ALTERNATE_LOCAL_PORT_GID.into(), Mem(124, 16)),
+            (CM_REQ_ALTERNATE_REMOTE_PORT_GID.into(), Mem(140, 16)),
+            (CM_REQ_ALTERNATE_FLOW_LABEL.into(), Be32(156, 0xffff_f000)),
+            (CM_REQ_ALTERNATE_PACKET_RATE.into(), U8(159, 0x3f)),
+            (CM_REQ_ALTERNATE_TRAFFIC_CLASS.into(), U8(160, 0xff)),
+            (CM_REQ_ALTERNATE_HOP_LIMIT.into(), U8(161, 0xff)),
+            (CM_REQ_ALTERNATE_SL.into(), U8(162, 0xf0)),
+            (CM_REQ_ALTERNATE_SUBNET_LOCAL.into(), U8(162, 0x08)),
+            (CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT.into(), U8(163, 0xf8)),
+            (CM_REQ_SAP_SUPPORTED.into(), U8(163, 0x04)),
+            (CM_REQ_PRIVATE_DATA.into(), Mem(164, 92)),
+        ]);
+    }
+}
