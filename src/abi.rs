@@ -52,7 +52,7 @@ pub enum ib_cm_lap_state {
 
 /// `enum ib_cm_event_type`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ib_cm_event_type {
     IB_CM_REQ_ERROR = 0,
     IB_CM_REQ_RECEIVED = 1,

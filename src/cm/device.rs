@@ -14,6 +14,8 @@ use crate::wire::Mad;
 const IB_MTU_4096: u8 = 5;
 /// IB rate 10 Gb/s (`IB_RATE_10_GBPS`).
 const IB_RATE_10_GBPS: u8 = 3;
+/// The CA ACK delay of loop devices: what rdma_rxe reports.
+const LOOP_ACK_DELAY: u8 = 15;
 /// The default partition.
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
@@ -31,7 +33,8 @@ pub struct Device {
     pub name: String,
     pub node_guid: u64,
     /// `local_ca_ack_delay` (goes into REP TargetACKDelay and the REQ's local
-    /// ACK timeout). Loop devices answer instantly: 0.
+    /// ACK timeout, and so sets the timewait). Loop devices report rxe's 15:
+    /// timewait then lasts 128 ms, long enough to answer a retransmitted DREQ.
     pub ack_delay: u8,
     pub ports: Vec<Port>,
     /// The upper 32 TID bits of MADs this device starts (the kernel MAD agent's
@@ -67,7 +70,7 @@ impl Device {
             Device {
                 name: name.to_owned(),
                 node_guid: me.node_guid,
-                ack_delay: 0,
+                ack_delay: LOOP_ACK_DELAY,
                 ports: vec![Port {
                     port_num: 1,
                     gid: me.gid,
@@ -100,6 +103,11 @@ impl Device {
 
     pub fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
         self.transport.drop_next(attr_id, count)
+    }
+
+    /// The in-process fabric's extras, for loop devices.
+    pub fn as_loop(&self) -> Option<&LoopTransport> {
+        self.transport.as_loop()
     }
 
     pub fn id_count(&self) -> usize {

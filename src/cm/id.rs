@@ -259,3 +259,19 @@ fn state_from_i32(v: i32) -> ib_cm_state {
     ];
     ALL.get(v as usize).copied().unwrap_or(IB_CM_IDLE)
 }
+
+impl std::fmt::Debug for CmIdPriv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmIdPriv")
+            .field("device", &self.device.name)
+            .field(
+                "local_id",
+                &format_args!(
+                    "{:#x}",
+                    u32::from_be(self.public.local_id.load(Ordering::Relaxed))
+                ),
+            )
+            .field("state", &self.state())
+            .finish()
+    }
+}

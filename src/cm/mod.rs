@@ -119,3 +119,5 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
 pub fn id_count() -> usize {
     tables().local.len()
 }
+#[cfg(test)]
+mod tests;

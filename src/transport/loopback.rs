@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use super::{MadAddr, MadTransport, RecvFn};
-use crate::errno::{CmResult, EBUSY, EINVAL};
+use crate::errno::{CmResult, EBUSY, EINVAL, ENETDOWN};
 use crate::wire::Mad;
 
 /// The node GUIDs of loop devices: a fixed OUI-like prefix plus N + 1.
@@ -76,6 +76,11 @@ pub struct LoopTransport {
     me: LoopIdentity,
     /// attribute ID → how many more MADs of it to drop.
     drops: Mutex<HashMap<u16, u32>>,
+    /// attribute ID → how many more sends of it fail with `-ENETDOWN` (tests
+    /// of the kernel's send-failure branches).
+    failures: Mutex<HashMap<u16, u32>>,
+    /// attribute ID → MADs handed to the fabric (dropped ones included).
+    sent: Mutex<HashMap<u16, u64>>,
 }
 
 impl LoopTransport {
@@ -89,28 +94,54 @@ impl LoopTransport {
         Ok(Arc::new(Self {
             me,
             drops: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+            sent: Mutex::new(HashMap::new()),
         }))
     }
 
-    /// Consumes one pending drop for `attr_id`, if any.
-    fn take_drop(&self, attr_id: u16) -> bool {
-        let mut drops = self.drops.lock();
-        match drops.get_mut(&attr_id) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                if *n == 0 {
-                    drops.remove(&attr_id);
-                }
-                true
+    /// The next `count` sends of `attr_id` fail with `-ENETDOWN`.
+    pub fn fail_next(&self, attr_id: u16, count: u32) {
+        set_count(&self.failures, attr_id, count);
+    }
+
+    /// How many MADs of `attr_id` this device has sent, dropped ones included.
+    pub fn sent(&self, attr_id: u16) -> u64 {
+        self.sent.lock().get(&attr_id).copied().unwrap_or(0)
+    }
+}
+
+fn set_count(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16, count: u32) {
+    let mut counts = counts.lock();
+    if count == 0 {
+        counts.remove(&attr_id);
+    } else {
+        counts.insert(attr_id, count);
+    }
+}
+
+/// Consumes one pending count for `attr_id`, if any.
+fn take_one(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16) -> bool {
+    let mut counts = counts.lock();
+    match counts.get_mut(&attr_id) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&attr_id);
             }
-            _ => false,
+            true
         }
+        _ => false,
     }
 }
 
 impl MadTransport for LoopTransport {
     fn send(&self, _port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
-        if self.take_drop(u16::from_be_bytes([mad[16], mad[17]])) {
+        let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
+        if take_one(&self.failures, attr_id) {
+            return Err(ENETDOWN);
+        }
+        *self.sent.lock().entry(attr_id).or_default() += 1;
+        if take_one(&self.drops, attr_id) {
             return Ok(());
         }
         let Some(dest) = LoopIdentity::from_gid(&addr.dgid) else {
@@ -136,13 +167,12 @@ impl MadTransport for LoopTransport {
     }
 
     fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
-        let mut drops = self.drops.lock();
-        if count == 0 {
-            drops.remove(&attr_id);
-        } else {
-            drops.insert(attr_id, count);
-        }
+        set_count(&self.drops, attr_id, count);
         Ok(())
+    }
+
+    fn as_loop(&self) -> Option<&LoopTransport> {
+        Some(self)
     }
 
     fn close(&self) {

@@ -43,4 +43,9 @@ pub trait MadTransport: Send + Sync {
 
     /// Stops receiving; called once when the device is closed.
     fn close(&self);
+
+    /// The in-process fabric's extras (fault injection, counts), if this is it.
+    fn as_loop(&self) -> Option<&loopback::LoopTransport> {
+        None
+    }
 }
