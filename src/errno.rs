@@ -16,6 +16,8 @@ pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
 pub const EHOSTUNREACH: Errno = Errno(libc::EHOSTUNREACH);
 pub const ENETDOWN: Errno = Errno(libc::ENETDOWN);
 pub const EIO: Errno = Errno(libc::EIO);
+pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
+pub const ELIBACC: Errno = Errno(libc::ELIBACC);
 
 impl Errno {
     /// The kernel-style return value: `-errno`.

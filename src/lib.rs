@@ -8,6 +8,7 @@ pub mod abi;
 pub mod cm;
 pub mod errno;
 pub mod ffi;
+pub mod log;
 pub mod timer;
 pub mod transport;
 pub mod wire;

@@ -1,31 +1,62 @@
 //! Devices: the library's `struct ib_device`, one per opened RDMA device.
+//!
+//! `loopN` is a device of the in-process fabric; any other name is an RDMA
+//! device under `/sys/class/infiniband`, reached through libibumad.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::path::{Path, REC_TYPE_IB};
+use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::worker;
-use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENODEV};
+use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, EOPNOTSUPP};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
+use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
+use crate::transport::umad::UmadTransport;
 use crate::transport::{MadAddr, MadTransport, RecvFn};
 use crate::wire::Mad;
 
 /// IB MTU 4096 (`IB_MTU_4096`), what loop ports report.
 const IB_MTU_4096: u8 = 5;
+/// IB MTU 1024: what rxe reports on a 1500-byte Ethernet.
+const IB_MTU_1024: u8 = 3;
 /// IB rate 10 Gb/s (`IB_RATE_10_GBPS`).
 const IB_RATE_10_GBPS: u8 = 3;
-/// The CA ACK delay of loop devices: what rdma_rxe reports.
-const LOOP_ACK_DELAY: u8 = 15;
+/// The CA ACK delay the library assumes: what rdma_rxe reports (sysfs does
+/// not show it). Loop devices use it too.
+const CA_ACK_DELAY: u8 = 15;
+/// The packet lifetime rdma_cm gives RoCE paths (`CMA_IBOE_PACKET_LIFETIME`).
+const ROCE_PACKET_LIFETIME: u8 = 16;
+/// The hop limit of a routed RoCE path.
+const ROCE_HOP_LIMIT: u8 = 64;
 /// The default partition.
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// One port of a device.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Port {
     pub port_num: u8,
-    pub gid: [u8; 16],
     pub lid: u16,
     pub pkey: u16,
+    pub link_layer: LinkLayer,
+    /// The valid entries of the GID table.
+    pub gids: Vec<GidEntry>,
+}
+
+impl Port {
+    /// The table index of `gid`.
+    pub fn gid_index(&self, gid: &[u8; 16]) -> Option<u8> {
+        self.gids.iter().find(|g| &g.gid == gid).map(|g| g.index)
+    }
+
+    /// The GID at table index `index`.
+    pub fn gid(&self, index: u8) -> Option<[u8; 16]> {
+        self.gids.iter().find(|g| g.index == index).map(|g| g.gid)
+    }
+
+    /// RoCE ports send every MAD with a GRH.
+    pub fn is_roce(&self) -> bool {
+        self.link_layer == LinkLayer::Ethernet
+    }
 }
 
 /// An open device.
@@ -33,25 +64,84 @@ pub struct Device {
     pub name: String,
     pub node_guid: u64,
     /// `local_ca_ack_delay` (goes into REP TargetACKDelay and the REQ's local
-    /// ACK timeout, and so sets the timewait). Loop devices report rxe's 15:
-    /// timewait then lasts 128 ms, long enough to answer a retransmitted DREQ.
+    /// ACK timeout, and so sets the timewait): rxe's 15, so timewait lasts
+    /// 128 ms. A DREQ retransmitted within that (a short
+    /// `remote_cm_response_timeout`) gets the DREP again; one retried later
+    /// (rdma_cm's 4 s) finds the id IDLE and is dropped, as in the kernel.
     pub ack_delay: u8,
     pub ports: Vec<Port>,
     /// The upper 32 TID bits of MADs this device starts (the kernel MAD agent's
-    /// `hi_tid`).
+    /// `hi_tid`; on real ports the kernel rewrites them anyway).
     pub hi_tid: u32,
     transport: Arc<dyn MadTransport>,
     /// How many cm_ids of this device exist; it cannot close before they go.
     pub(super) ids: AtomicUsize,
 }
 
+/// What a device is made of before its transport opens.
+struct Identity {
+    node_guid: u64,
+    ports: Vec<Port>,
+}
+
 impl Device {
-    /// Opens `name`: `loopN` is a device of the in-process fabric. Real RDMA
-    /// devices come with the umad transport; until then `-ENODEV`.
+    /// Opens `name`: `loopN` on the in-process fabric, else an RDMA device.
     pub fn open(name: &str) -> CmResult<Arc<Device>> {
-        let Some(me) = LoopIdentity::from_name(name) else {
-            return Err(ENODEV);
-        };
+        match LoopIdentity::from_name(name) {
+            Some(me) => {
+                let identity = Identity {
+                    node_guid: me.node_guid,
+                    ports: vec![Port {
+                        port_num: 1,
+                        lid: me.lid,
+                        pkey: DEFAULT_PKEY,
+                        link_layer: LinkLayer::InfiniBand,
+                        gids: vec![GidEntry {
+                            index: 0,
+                            gid: me.gid,
+                            gid_type: GidType::Ib,
+                        }],
+                    }],
+                };
+                Self::open_with(name, identity, |recv| {
+                    Ok(LoopTransport::open(me, recv)? as Arc<dyn MadTransport>)
+                })
+            }
+            None => {
+                let sys = sysfs::read_device(std::path::Path::new(sysfs::SYS_INFINIBAND), name)?;
+                if !sys.ports.iter().any(|p| p.active) {
+                    crate::ibcm_log!(Error, "{name}: no port is ACTIVE");
+                    return Err(ENETDOWN);
+                }
+                let identity = Identity {
+                    node_guid: sys.node_guid,
+                    ports: sys
+                        .ports
+                        .iter()
+                        .filter(|p| p.active)
+                        .map(|p| Port {
+                            port_num: p.port_num,
+                            lid: p.lid,
+                            pkey: p.pkey,
+                            link_layer: p.link_layer,
+                            gids: p.gids.clone(),
+                        })
+                        .collect(),
+                };
+                Self::open_with(name, identity, |recv| {
+                    Ok(UmadTransport::open(&sys, recv)? as Arc<dyn MadTransport>)
+                })
+            }
+        }
+    }
+
+    /// Builds the device around the transport `open` makes; received MADs go
+    /// to the worker with a reference to this device.
+    fn open_with(
+        name: &str,
+        identity: Identity,
+        open: impl FnOnce(RecvFn) -> CmResult<Arc<dyn MadTransport>>,
+    ) -> CmResult<Arc<Device>> {
         let mut result = Ok(());
         let device = Arc::new_cyclic(|weak: &Weak<Device>| {
             let weak = weak.clone();
@@ -60,23 +150,15 @@ impl Device {
                     worker::queue_recv(device, port, addr, mad);
                 }
             });
-            let transport: Arc<dyn MadTransport> = match LoopTransport::open(me, recv) {
-                Ok(t) => t,
-                Err(e) => {
-                    result = Err(e);
-                    Arc::new(ClosedTransport)
-                }
-            };
+            let transport = open(recv).unwrap_or_else(|e| {
+                result = Err(e);
+                Arc::new(ClosedTransport)
+            });
             Device {
                 name: name.to_owned(),
-                node_guid: me.node_guid,
-                ack_delay: LOOP_ACK_DELAY,
-                ports: vec![Port {
-                    port_num: 1,
-                    gid: me.gid,
-                    lid: me.lid,
-                    pkey: DEFAULT_PKEY,
-                }],
+                node_guid: identity.node_guid,
+                ack_delay: CA_ACK_DELAY,
+                ports: identity.ports,
                 hi_tid: 1,
                 transport,
                 ids: AtomicUsize::new(0),
@@ -92,9 +174,9 @@ impl Device {
             .ok_or(EINVAL)
     }
 
-    /// The port whose GID is `gid`.
+    /// The port that has `gid` in its GID table.
     pub fn port_by_gid(&self, gid: &[u8; 16]) -> Option<&Port> {
-        self.ports.iter().find(|p| &p.gid == gid)
+        self.ports.iter().find(|p| p.gid_index(gid).is_some())
     }
 
     pub fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
@@ -122,10 +204,19 @@ impl Device {
     /// `ibcm_init_path()`: a path from `port_num` to `dgid`.
     pub fn init_path(&self, port_num: u8, dgid: &[u8; 16]) -> CmResult<Path> {
         let port = self.port(port_num)?;
-        let dest = LoopIdentity::from_gid(dgid).ok_or(EHOSTUNREACH)?;
+        if port.is_roce() {
+            return roce_path(port, dgid);
+        }
+        // InfiniBand: the in-process fabric knows every LID; real InfiniBand
+        // paths need an SA query, which this library does not do yet.
+        let dest = LoopIdentity::from_gid(dgid).ok_or(if self.as_loop().is_some() {
+            EHOSTUNREACH
+        } else {
+            EOPNOTSUPP
+        })?;
         Ok(Path {
             dgid: *dgid,
-            sgid: port.gid,
+            sgid: port.gids[0].gid,
             dlid: dest.lid,
             slid: port.lid,
             service_id: 0,
@@ -144,12 +235,54 @@ impl Device {
     }
 }
 
+/// Whether `gid` is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff]
+}
+
+/// A RoCE path as rdma_cm builds it: a source GID of the destination's kind
+/// (IPv4-mapped or IPv6), RoCE v2 preferred, routed (hop limit 64), rdma_cm's
+/// packet lifetime.
+fn roce_path(port: &Port, dgid: &[u8; 16]) -> CmResult<Path> {
+    let want_v4 = is_ipv4_mapped(dgid);
+    let same_kind = |g: &&GidEntry| is_ipv4_mapped(&g.gid) == want_v4;
+    let sgid = port
+        .gids
+        .iter()
+        .filter(same_kind)
+        .find(|g| g.gid_type == GidType::RoceV2)
+        .or_else(|| port.gids.iter().find(same_kind))
+        .ok_or(EHOSTUNREACH)?;
+    Ok(Path {
+        dgid: *dgid,
+        sgid: sgid.gid,
+        dlid: 0,
+        slid: 0,
+        service_id: 0,
+        flow_label: 0,
+        hop_limit: ROCE_HOP_LIMIT,
+        traffic_class: 0,
+        reversible: 1,
+        numb_path: 1,
+        pkey: port.pkey,
+        sl: 0,
+        mtu: IB_MTU_1024,
+        rate: IB_RATE_10_GBPS,
+        packet_life_time: ROCE_PACKET_LIFETIME,
+        rec_type: if sgid.gid_type == GidType::RoceV2 {
+            REC_TYPE_ROCE_V2
+        } else {
+            REC_TYPE_ROCE_V1
+        },
+    })
+}
+
 /// Stands in for a transport that failed to open (the device is never handed out).
 struct ClosedTransport;
 
 impl MadTransport for ClosedTransport {
     fn send(&self, _port_num: u8, _addr: &MadAddr, _mad: &Mad) -> CmResult {
-        Err(ENODEV)
+        Err(crate::errno::ENODEV)
     }
 
     fn close(&self) {}

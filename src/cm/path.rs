@@ -1,7 +1,9 @@
 //! Paths (the engine's `sa_path_rec`) and the kernel's IBA time arithmetic.
 
-/// IB link layer path record type (`SA_PATH_REC_TYPE_IB`).
+/// Path record types (`enum sa_path_rec_type`).
 pub const REC_TYPE_IB: i32 = 0;
+pub const REC_TYPE_ROCE_V1: i32 = 1;
+pub const REC_TYPE_ROCE_V2: i32 = 2;
 /// `IB_LID_PERMISSIVE`: what a REQ carries as LIDs when the path is routed.
 pub const LID_PERMISSIVE: u16 = 0xffff;
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::device::Port;
 use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::path::{LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, convert_to_ms};
@@ -63,17 +64,18 @@ fn validate_req_param(p: &ReqParams) -> CmResult {
     Ok(())
 }
 
-/// The address of a path (`cm_init_av_by_path`); routed paths need a GRH.
-fn av_from_path(port_num: u8, path: &Path) -> Av {
+/// The address of a path (`cm_init_av_by_path`): RoCE and routed paths need
+/// a GRH, sent from the path's source GID.
+fn av_from_path(port: &Port, path: &Path) -> Av {
     Av {
-        port_num,
+        port_num: port.port_num,
         addr: MadAddr {
             dlid: path.dlid,
             sl: path.sl,
             pkey_index: 0,
-            grh: path.hop_limit > 1,
+            grh: port.is_roce() || path.hop_limit > 1,
             dgid: path.dgid,
-            sgid_index: 0,
+            sgid_index: port.gid_index(&path.sgid).unwrap_or(0),
             hop_limit: path.hop_limit,
             traffic_class: path.traffic_class,
             flow_label: path.flow_label,
@@ -117,17 +119,13 @@ fn transport_type(qp_type: i32) -> (TransportType, u8) {
 /// `ib_send_cm_req()`.
 pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     validate_req_param(p)?;
-    let port_num = id
-        .device
-        .port_by_gid(&p.primary_path.sgid)
-        .ok_or(EINVAL)?
-        .port_num;
+    let port = id.device.port_by_gid(&p.primary_path.sgid).ok_or(EINVAL)?;
     let mut l = id.lock();
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
         return Err(EINVAL);
     }
     let device = &id.device;
-    l.inner.av = av_from_path(port_num, &p.primary_path);
+    l.inner.av = av_from_path(port, &p.primary_path);
     l.set_service_id(p.service_id);
     l.inner.timeout_ms = 2 * convert_to_ms(p.primary_path.packet_life_time)
         + convert_to_ms(p.remote_cm_response_timeout);

@@ -37,8 +37,9 @@ pub extern "C" fn ib_create_cm_id(
 }
 
 /// Destroys a cm_id (see the README for what is sent in each state). Waits
-/// for a running handler of the id unless called from inside it. A NULL or
-/// stale pointer is ignored.
+/// for a running handler of the id unless called from inside it. A pointer
+/// that is not a live cm_id (NULL, already destroyed) is ignored; note that a
+/// destroyed id's address may be reused by a newer id.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_destroy_cm_id(cm_id: *mut ib_cm_id) {
     guard((), || {

@@ -47,7 +47,8 @@ pub extern "C" fn ibcm_close_device(device: *mut ib_device) -> c_int {
     with_device(device, cm::close_device)
 }
 
-/// The GID at `index` of port `port_num` (only index 0 exists on loop ports).
+/// The GID at table index `index` of port `port_num` (`-EINVAL` for an empty
+/// slot; loop ports have only index 0).
 ///
 /// # Safety
 /// A non-NULL `gid` points to writable memory for a `union ib_gid`.
@@ -60,11 +61,13 @@ pub unsafe extern "C" fn ibcm_query_gid(
 ) -> c_int {
     with_device(device, |d| {
         let port = d.port(port_num)?;
-        if index != 0 || gid.is_null() {
+        let index = u8::try_from(index).map_err(|_| EINVAL)?;
+        let found = port.gid(index).ok_or(EINVAL)?;
+        if gid.is_null() {
             return Err(EINVAL);
         }
         // SAFETY: non-NULL and writable by the caller's promise.
-        unsafe { gid.write(ib_gid { raw: port.gid }) };
+        unsafe { gid.write(ib_gid { raw: found }) };
         Ok(())
     })
 }

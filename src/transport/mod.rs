@@ -4,6 +4,8 @@
 //! transport carries whole 256-byte MADs; received ones go to the engine through
 //! a [`RecvFn`].
 pub mod loopback;
+pub mod sysfs;
+pub mod umad;
 
 use std::sync::Arc;
 

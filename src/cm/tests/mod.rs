@@ -173,7 +173,7 @@ impl Pair {
     }
 
     pub fn req_params(&self) -> ReqParams {
-        let path = self.a.init_path(1, &self.b.ports[0].gid).unwrap();
+        let path = self.a.init_path(1, &self.b.ports[0].gids[0].gid).unwrap();
         ReqParams {
             primary_path: path,
             service_id: SERVICE_ID,
@@ -278,7 +278,7 @@ impl Raw {
 
     pub fn send_to(&self, device: &Device, mad: &Mad) {
         let addr = MadAddr {
-            dgid: device.ports[0].gid,
+            dgid: device.ports[0].gids[0].gid,
             dlid: device.ports[0].lid,
             ..MadAddr::default()
         };
