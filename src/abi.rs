@@ -652,3 +652,45 @@ const _: () = {
     assert!(offset_of!(ib_cm_rep_param, srq) == 22);
     assert!(offset_of!(ib_cm_rep_param, ece) == 24);
 };
+
+/// Index of a CM attribute in the arrays of `struct ibcm_counters`
+/// (attribute ID − 0x10, the kernel's sysfs counter order).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub enum ibcm_counter_attr {
+    IBCM_CNT_REQ = 0,
+    IBCM_CNT_MRA = 1,
+    IBCM_CNT_REJ = 2,
+    IBCM_CNT_REP = 3,
+    IBCM_CNT_RTU = 4,
+    IBCM_CNT_DREQ = 5,
+    IBCM_CNT_DREP = 6,
+    IBCM_CNT_SIDR_REQ = 7,
+    IBCM_CNT_SIDR_REP = 8,
+    IBCM_CNT_LAP = 9,
+    IBCM_CNT_APR = 10,
+    IBCM_CNT_ATTRS = 11,
+}
+
+/// One port's CM counters (`ibcm_get_counters()`): the kernel's sysfs groups
+/// `cm_tx_msgs`, `cm_tx_retries`, `cm_rx_msgs`, `cm_rx_duplicates`, indexed by
+/// `enum ibcm_counter_attr`, plus the MADs this library dropped.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibcm_counters {
+    /// Every transmission, retries included.
+    pub cm_tx_msgs: [u64; 11],
+    pub cm_tx_retries: [u64; 11],
+    pub cm_rx_msgs: [u64; 11],
+    /// Received again: a duplicate REQ/REP/RTU/DREQ, or a DREQ for a
+    /// connection that does not exist (answered by a stateless DREP).
+    pub cm_rx_duplicates: [u64; 11],
+    /// Dropped on receipt: too short, not CM class version 2 method Send, a
+    /// field out of range, or an attribute the CM does not know.
+    pub rx_malformed: u64,
+    /// Dropped on receipt: no connection matches it, or it is not expected in
+    /// the connection's state (the kernel drops these silently).
+    pub rx_unmatched: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 2));

@@ -9,6 +9,7 @@ pub mod cm;
 pub mod errno;
 pub mod ffi;
 pub mod log;
+pub mod pcap;
 pub mod timer;
 pub mod transport;
 pub mod wire;

@@ -242,6 +242,11 @@ struct ib_cm_rep_event_param {
 #define SIDR_REP_INFO_LENGTH 72
 
 /*
+ Counters per attribute: REQ (0x10) … APR (0x1A).
+ */
+#define ATTR_COUNT 11
+
+/*
  The default partition.
  */
 #define DEFAULT_PKEY 65535
@@ -252,9 +257,13 @@ struct ib_cm_rep_event_param {
 #define CM_ASSIGN_SERVICE_ID 144115188075855872
 
 /*
- IB link layer path record type (`SA_PATH_REC_TYPE_IB`).
+ Path record types (`enum sa_path_rec_type`).
  */
 #define REC_TYPE_IB 0
+
+#define REC_TYPE_ROCE_V1 1
+
+#define REC_TYPE_ROCE_V2 2
 
 /*
  `IB_LID_PERMISSIVE`: what a REQ carries as LIDs when the path is routed.
@@ -507,6 +516,25 @@ enum ib_event_type {
 };
 
 /*
+ Index of a CM attribute in the arrays of `struct ibcm_counters`
+ (attribute ID − 0x10, the kernel's sysfs counter order).
+ */
+enum ibcm_counter_attr {
+  IBCM_CNT_REQ = 0,
+  IBCM_CNT_MRA = 1,
+  IBCM_CNT_REJ = 2,
+  IBCM_CNT_REP = 3,
+  IBCM_CNT_RTU = 4,
+  IBCM_CNT_DREQ = 5,
+  IBCM_CNT_DREP = 6,
+  IBCM_CNT_SIDR_REQ = 7,
+  IBCM_CNT_SIDR_REP = 8,
+  IBCM_CNT_LAP = 9,
+  IBCM_CNT_APR = 10,
+  IBCM_CNT_ATTRS = 11,
+};
+
+/*
  A positive errno value (`libc::EINVAL`, …).
  */
 struct Errno;
@@ -689,6 +717,39 @@ struct ib_cm_rep_param {
   struct rdma_ucm_ece ece;
 };
 
+/*
+ One port's CM counters (`ibcm_get_counters()`): the kernel's sysfs groups
+ `cm_tx_msgs`, `cm_tx_retries`, `cm_rx_msgs`, `cm_rx_duplicates`, indexed by
+ `enum ibcm_counter_attr`, plus the MADs this library dropped.
+ */
+struct ibcm_counters {
+  /*
+   Every transmission, retries included.
+   */
+  uint64_t cm_tx_msgs[11];
+  uint64_t cm_tx_retries[11];
+  uint64_t cm_rx_msgs[11];
+  /*
+   Received again: a duplicate REQ/REP/RTU/DREQ, or a DREQ for a
+   connection that does not exist (answered by a stateless DREP).
+   */
+  uint64_t cm_rx_duplicates[11];
+  /*
+   Dropped on receipt: too short, not CM class version 2 method Send, a
+   field out of range, or an attribute the CM does not know.
+   */
+  uint64_t rx_malformed;
+  /*
+   Dropped on receipt: no connection matches it, or it is not expected in
+   the connection's state (the kernel drops these silently).
+   */
+  uint64_t rx_unmatched;
+};
+
+
+
+
+
 
 
 
@@ -719,8 +780,9 @@ struct ib_cm_id *ib_create_cm_id(struct ib_device *device, ib_cm_handler cm_hand
 
 /*
  Destroys a cm_id (see the README for what is sent in each state). Waits
- for a running handler of the id unless called from inside it. A NULL or
- stale pointer is ignored.
+ for a running handler of the id unless called from inside it. A pointer
+ that is not a live cm_id (NULL, already destroyed) is ignored; note that a
+ destroyed id's address may be reused by a newer id.
  */
 void ib_destroy_cm_id(struct ib_cm_id *cm_id);
 
@@ -816,7 +878,8 @@ struct ib_device *ibcm_open_device(const char *name);
 int ibcm_close_device(struct ib_device *device);
 
 /*
- The GID at `index` of port `port_num` (only index 0 exists on loop ports).
+ The GID at table index `index` of port `port_num` (`-EINVAL` for an empty
+ slot; loop ports have only index 0).
 
  # Safety
  A non-NULL `gid` points to writable memory for a `union ib_gid`.
@@ -841,6 +904,14 @@ int ibcm_init_path(struct ib_device *device,
  sends; 0 cancels. `-EOPNOTSUPP` on other devices.
  */
 int ibcm_loop_drop(struct ib_device *device, uint16_t attr_id, unsigned int count);
+
+/*
+ Copies the CM counters of port `port_num` into `*out`.
+
+ # Safety
+ A non-NULL `out` points to writable memory for a `struct ibcm_counters`.
+ */
+int ibcm_get_counters(struct ib_device *device, uint8_t port_num, struct ibcm_counters *out);
 
 #ifdef __cplusplus
 }  // extern "C"

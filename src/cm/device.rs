@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+use super::counters::{Counter, PortCounters};
 use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::worker;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, EOPNOTSUPP};
@@ -74,6 +75,8 @@ pub struct Device {
     /// `hi_tid`; on real ports the kernel rewrites them anyway).
     pub hi_tid: u32,
     transport: Arc<dyn MadTransport>,
+    /// One set per port, in `ports` order.
+    counters: Vec<PortCounters>,
     /// How many cm_ids of this device exist; it cannot close before they go.
     pub(super) ids: AtomicUsize,
 }
@@ -158,6 +161,11 @@ impl Device {
                 name: name.to_owned(),
                 node_guid: identity.node_guid,
                 ack_delay: CA_ACK_DELAY,
+                counters: identity
+                    .ports
+                    .iter()
+                    .map(|_| PortCounters::default())
+                    .collect(),
                 ports: identity.ports,
                 hi_tid: 1,
                 transport,
@@ -179,8 +187,38 @@ impl Device {
         self.ports.iter().find(|p| p.gid_index(gid).is_some())
     }
 
+    /// Sends one MAD; counted in `cm_tx_msgs` once the transport took it.
     pub fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
-        self.transport.send(port_num, addr, mad)
+        if crate::pcap::enabled() {
+            crate::pcap::record(&self.source_gid(port_num, addr.sgid_index), &addr.dgid, mad);
+        }
+        self.transport.send(port_num, addr, mad)?;
+        self.count(port_num, Counter::TxMsgs, mad_attr_id(mad));
+        Ok(())
+    }
+
+    /// The GID MADs leave `port_num` from with source GID index `index`.
+    pub fn source_gid(&self, port_num: u8, index: u8) -> [u8; 16] {
+        self.port(port_num)
+            .ok()
+            .and_then(|p| p.gid(index).or_else(|| p.gids.first().map(|g| g.gid)))
+            .unwrap_or_default()
+    }
+
+    /// The counters of `port_num`.
+    pub fn counters(&self, port_num: u8) -> CmResult<&PortCounters> {
+        let i = self
+            .ports
+            .iter()
+            .position(|p| p.port_num == port_num)
+            .ok_or(EINVAL)?;
+        Ok(&self.counters[i])
+    }
+
+    pub fn count(&self, port_num: u8, counter: Counter, attr_id: u16) {
+        if let Ok(c) = self.counters(port_num) {
+            c.add(counter, attr_id);
+        }
     }
 
     pub fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
@@ -233,6 +271,11 @@ impl Device {
             rec_type: REC_TYPE_IB,
         })
     }
+}
+
+/// The attribute ID of an encoded MAD.
+pub fn mad_attr_id(mad: &Mad) -> u16 {
+    u16::from_be_bytes([mad[16], mad[17]])
 }
 
 /// Whether `gid` is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).

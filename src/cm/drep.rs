@@ -52,19 +52,22 @@ pub fn issue_drep(work: &Received, dreq: &Dreq) {
         remote_comm_id: dreq.local_comm_id,
         ..Drep::default()
     };
-    work.reply(&drep.encode(work.tid));
+    work.reply_to_retry(&drep.encode(work.tid));
 }
 
 /// `cm_drep_handler()`.
 pub fn drep_handler(work: Received) {
     let Ok(drep) = Drep::decode(&work.mad) else {
+        work.malformed();
         return;
     };
     let Some(id) = tables().acquire_id(drep.remote_comm_id, drep.local_comm_id) else {
+        work.unmatched();
         return;
     };
     let mut l = id.lock();
     if !matches!(l.state(), IB_CM_DREQ_SENT | IB_CM_DREQ_RCVD) {
+        work.unmatched();
         return;
     }
     enter_timewait(&mut l);

@@ -17,7 +17,7 @@ use crate::abi::ib_cm_lap_state::{IB_CM_LAP_SENT, IB_CM_MRA_LAP_RCVD};
 use crate::abi::ib_cm_state::*;
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::dreq::CM_DREQ_PRIVATE_DATA;
-use crate::wire::{Drep, Dreq, Mad};
+use crate::wire::{Drep, Dreq, Mad, attr};
 
 /// `cm_format_dreq()`. The TID is formed anew (`cm_form_tid`), not the stored one.
 fn format_dreq(l: &Locked, private_data: &[u8]) -> Mad {
@@ -75,33 +75,42 @@ pub fn issue_dreq(l: &Locked) {
 /// `cm_dreq_handler()`.
 pub fn dreq_handler(work: Received) {
     let Ok(dreq) = Dreq::decode(&work.mad) else {
+        work.malformed();
         return;
     };
     let Some(id) = tables().acquire_id(dreq.remote_comm_id, dreq.local_comm_id) else {
         // Unknown, destroyed, or another connection's: answer statelessly.
+        work.duplicate(attr::DREQ);
         issue_drep(&work, &dreq);
         return;
     };
     let mut l = id.lock();
     if l.inner.local_qpn != dreq.remote_qpn {
-        return; // not for our QP: dropped, as the kernel does
+        work.unmatched(); // not for our QP: dropped (silently in the kernel)
+        return;
     }
     match l.state() {
         IB_CM_REP_SENT | IB_CM_DREQ_SENT | IB_CM_MRA_REP_RCVD => cancel_msg(&mut l),
         IB_CM_ESTABLISHED => cancel_outstanding_lap(&mut l),
         IB_CM_TIMEWAIT => {
             // Our DREP was lost: send it again, with the stored TID and data.
+            work.duplicate(attr::DREQ);
             let drep = Drep {
                 local_comm_id: l.inner.local_id,
                 remote_comm_id: l.inner.remote_id,
                 private_data: pd_array(&l.inner.private_data),
             };
-            work.reply(&drep.encode(l.inner.tid));
+            work.reply_to_retry(&drep.encode(l.inner.tid));
             return;
         }
-        // DREQ_RCVD: the user has not answered yet; anything else: no
-        // connection to disconnect.
-        _ => return,
+        IB_CM_DREQ_RCVD => {
+            work.duplicate(attr::DREQ); // the user has not answered yet
+            return;
+        }
+        _ => {
+            work.unmatched(); // no connection to disconnect
+            return;
+        }
     }
     l.set_state(IB_CM_DREQ_RCVD);
     l.inner.tid = work.tid;

@@ -5,6 +5,7 @@
 //! may be held while taking the table lock or queueing work, never the reverse.
 //! Handlers run on the worker thread with no lock held.
 
+pub mod counters;
 mod destroy;
 pub mod device;
 mod drep;

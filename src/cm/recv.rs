@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
+use super::counters::Counter;
 use super::device::Device;
 use super::{drep, dreq, rej, rep, req, rtu};
 use crate::transport::MadAddr;
@@ -24,14 +27,53 @@ impl Received {
         // A lost reply is what the wire does too; the peer retries.
         let _ = self.device.send(self.port, &self.addr, mad);
     }
+
+    /// A reply to a retransmission (the kernel's `CM_DIRECT_RETRY_CTX`): the
+    /// kernel books it as a message plus one retry, and so does this.
+    pub fn reply_to_retry(&self, mad: &Mad) {
+        if self.device.send(self.port, &self.addr, mad).is_ok() {
+            let attr_id = super::device::mad_attr_id(mad);
+            self.device.count(self.port, Counter::TxMsgs, attr_id);
+            self.device.count(self.port, Counter::TxRetries, attr_id);
+        }
+    }
+
+    /// Counts this MAD as a duplicate (`cm_rx_duplicates`).
+    pub fn duplicate(&self, attr_id: u16) {
+        self.device.count(self.port, Counter::RxDuplicates, attr_id);
+    }
+
+    /// Counts this MAD as dropped: no connection wants it (the kernel drops
+    /// these silently).
+    pub fn unmatched(&self) {
+        if let Ok(c) = self.device.counters(self.port) {
+            c.rx_unmatched.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts this MAD as dropped: malformed.
+    pub fn malformed(&self) {
+        malformed(&self.device, self.port);
+    }
+}
+
+fn malformed(device: &Device, port: u8) {
+    if let Ok(c) = device.counters(port) {
+        c.rx_malformed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Dispatches one received MAD. Anything that is not a well-formed CM MAD of a
 /// handled attribute is dropped.
 pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>) {
+    if crate::pcap::enabled() {
+        crate::pcap::record(&addr.dgid, &device.source_gid(port, addr.sgid_index), &mad);
+    }
     let Ok((header, _)) = parse_header(&mad[..]) else {
+        malformed(device, port);
         return;
     };
+    device.count(port, Counter::RxMsgs, header.attr_id);
     let work = Received {
         device: device.clone(),
         port,
@@ -46,6 +88,7 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>
         attr::REJ => rej::rej_handler(work),
         attr::DREQ => dreq::dreq_handler(work),
         attr::DREP => drep::drep_handler(work),
-        _ => {}
+        attr::MRA | attr::SIDR_REQ | attr::SIDR_REP | attr::LAP | attr::APR => work.unmatched(),
+        _ => work.malformed(),
     }
 }

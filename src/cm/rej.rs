@@ -93,9 +93,11 @@ fn acquire_rejected_id(rej: &Rej) -> Option<Arc<CmIdPriv>> {
 /// `cm_rej_handler()`.
 pub fn rej_handler(work: Received) {
     let Ok(rej) = Rej::decode(&work.mad) else {
+        work.malformed();
         return;
     };
     let Some(id) = acquire_rejected_id(&rej) else {
+        work.unmatched();
         return;
     };
     let mut l = id.lock();
@@ -119,7 +121,10 @@ pub fn rej_handler(work: Received) {
             cancel_msg(&mut l);
             enter_timewait(&mut l);
         }
-        _ => return,
+        _ => {
+            work.unmatched();
+            return;
+        }
     }
     drop(l);
     let ari_len = usize::from(rej.rejected_info_length).min(data_size::REJ_ARI_LENGTH);

@@ -18,7 +18,7 @@ use crate::abi::ib_cm_rej_reason::IB_CM_REJ_STALE_CONN;
 use crate::abi::ib_cm_state::*;
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::rep::CM_REP_PRIVATE_DATA;
-use crate::wire::{MsgResponse, Rep, Rtu};
+use crate::wire::{MsgResponse, Rep, Rtu, attr};
 
 /// `struct ib_cm_rep_param`, copied out of C memory.
 #[derive(Debug, Clone, Default)]
@@ -76,8 +76,10 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
 /// `cm_dup_rep_handler()`: our RTU was lost, so the peer resent its REP.
 fn dup_rep_handler(work: &Received, rep: &Rep) {
     let Some(id) = tables().acquire_id(rep.remote_comm_id, rep.local_comm_id) else {
+        work.unmatched();
         return;
     };
+    work.duplicate(attr::REP);
     let l = id.lock();
     if l.state() == IB_CM_ESTABLISHED {
         let rtu = Rtu {
@@ -85,13 +87,14 @@ fn dup_rep_handler(work: &Received, rep: &Rep) {
             remote_comm_id: l.inner.remote_id,
             private_data: pd_array(&l.inner.private_data),
         };
-        work.reply(&rtu.encode(l.inner.tid));
+        work.reply_to_retry(&rtu.encode(l.inner.tid));
     }
 }
 
 /// `cm_rep_handler()`: the active side learns the peer's comm ID and QP.
 pub fn rep_handler(work: Received) {
     let Ok(rep) = Rep::decode(&work.mad) else {
+        work.malformed();
         return;
     };
     let Some(id) = tables().acquire_id(rep.remote_comm_id, 0) else {
@@ -100,6 +103,7 @@ pub fn rep_handler(work: Received) {
     };
     let mut l = id.lock();
     if !matches!(l.state(), IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD) {
+        work.unmatched();
         return;
     }
     let guid = rep.local_ca_guid;
@@ -110,6 +114,7 @@ pub fn rep_handler(work: Received) {
         let mut t = tables();
         if t.remote_id.contains_key(&(rep.local_comm_id, guid)) {
             l.inner.remote_id = 0;
+            work.unmatched();
             return; // the peer's comm ID is in use by another connection
         }
         t.remote_id

@@ -19,7 +19,7 @@ use crate::abi::{data_size, ib_qp_type};
 use crate::errno::{CmResult, EINVAL};
 use crate::transport::MadAddr;
 use crate::wire::req::CM_REQ_PRIVATE_DATA;
-use crate::wire::{MsgResponse, Req, ReqPath, TransportType};
+use crate::wire::{MsgResponse, Req, ReqPath, TransportType, attr};
 
 /// `IB_QPT_RC`, `IB_QPT_UC`, `IB_QPT_XRC_INI` as C passes them.
 const QPT_RC: i32 = ib_qp_type::IB_QPT_RC as i32;
@@ -215,10 +215,11 @@ fn qp_type_from_req(req: &Req) -> ib_qp_type {
 
 /// `cm_dup_req_handler()`: a REQ for a connection we already have.
 fn dup_req_handler(work: &Received, cur: &Arc<CmIdPriv>) {
+    work.duplicate(attr::REQ);
     let l = cur.lock();
     if l.state() == IB_CM_TIMEWAIT {
         let rej = format_rej(&l, IB_CM_REJ_STALE_CONN as u16, &[], &[], IB_CM_TIMEWAIT);
-        work.reply(&rej);
+        work.reply_to_retry(&rej);
     }
     // REQ_RCVD: the user has not answered yet; REP_SENT: the REP's own
     // retransmission answers it.
@@ -227,6 +228,7 @@ fn dup_req_handler(work: &Received, cur: &Arc<CmIdPriv>) {
 /// `cm_req_handler()`: a new connection request.
 pub fn req_handler(work: Received) {
     let Ok(req) = Req::decode(&work.mad) else {
+        work.malformed();
         return;
     };
     let guid = req.local_ca_guid;

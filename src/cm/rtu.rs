@@ -13,8 +13,8 @@ use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::IB_CM_RTU_RECEIVED;
 use crate::abi::ib_cm_state::*;
 use crate::errno::{CmResult, EINVAL};
-use crate::wire::Rtu;
 use crate::wire::rtu::CM_RTU_PRIVATE_DATA;
+use crate::wire::{Rtu, attr};
 
 /// `ib_send_cm_rtu()`: the active side completes the connection. The private
 /// data is kept to answer a duplicate REP.
@@ -40,14 +40,17 @@ pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
 /// `cm_rtu_handler()`: the passive side's connection is established.
 pub fn rtu_handler(work: Received) {
     let Ok(rtu) = Rtu::decode(&work.mad) else {
+        work.malformed();
         return;
     };
     let Some(id) = tables().acquire_id(rtu.remote_comm_id, rtu.local_comm_id) else {
+        work.unmatched();
         return;
     };
     let mut l = id.lock();
     if !matches!(l.state(), IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD) {
-        return; // a duplicate
+        work.duplicate(attr::RTU);
+        return;
     }
     l.set_state(IB_CM_ESTABLISHED);
     cancel_msg(&mut l);

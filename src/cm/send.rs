@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::counters::Counter;
 use super::event::{CmEvent, EventParam};
 use super::id::{Av, CmIdPriv, Locked, TrackedMsg};
 use super::timewait::{enter_timewait, reset_to_idle};
@@ -91,7 +92,10 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
         // A failed resend is one more lost MAD; the next timeout handles it.
-        let _ = id.device.send(av.port_num, &av.addr, &msg.mad);
+        if id.device.send(av.port_num, &av.addr, &msg.mad).is_ok() {
+            let attr_id = super::device::mad_attr_id(&msg.mad);
+            id.device.count(av.port_num, Counter::TxRetries, attr_id);
+        }
         let timer = arm_retransmit(&l, timeout_ms);
         if let Some(msg) = l.inner.msg.as_mut() {
             msg.timer = timer;

@@ -3,7 +3,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
 use super::{err_ptr, guard, path, ret};
-use crate::abi::{ib_device, ib_gid, sa_path_rec};
+use crate::abi::{ib_device, ib_gid, ibcm_counters, sa_path_rec};
 use crate::errno::{EINVAL, EIO};
 use crate::{cm, errno::CmResult};
 
@@ -103,4 +103,33 @@ pub unsafe extern "C" fn ibcm_init_path(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_loop_drop(device: *mut ib_device, attr_id: u16, count: c_uint) -> c_int {
     with_device(device, |d| d.drop_next(attr_id, count))
+}
+
+/// Copies the CM counters of port `port_num` into `*out`.
+///
+/// # Safety
+/// A non-NULL `out` points to writable memory for a `struct ibcm_counters`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_get_counters(
+    device: *mut ib_device,
+    port_num: u8,
+    out: *mut ibcm_counters,
+) -> c_int {
+    with_device(device, |d| {
+        if out.is_null() {
+            return Err(EINVAL);
+        }
+        let s = d.counters(port_num)?.snapshot();
+        let counters = ibcm_counters {
+            cm_tx_msgs: s.tx_msgs,
+            cm_tx_retries: s.tx_retries,
+            cm_rx_msgs: s.rx_msgs,
+            cm_rx_duplicates: s.rx_duplicates,
+            rx_malformed: s.rx_malformed,
+            rx_unmatched: s.rx_unmatched,
+        };
+        // SAFETY: non-NULL and writable by the caller's promise.
+        unsafe { out.write(counters) };
+        Ok(())
+    })
 }

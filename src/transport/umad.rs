@@ -321,7 +321,16 @@ impl MadTransport for UmadTransport {
             )
         };
         if rc < 0 {
-            return Err(Errno(-rc));
+            // libibumad returns -EIO for any failed write; errno says why.
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(-rc);
+            let e = Errno(if errno > 0 { errno } else { -rc });
+            ibcm_log!(
+                Debug,
+                "umad send on port {port_num} to {addr:?} failed: {e:?}"
+            );
+            return Err(e);
         }
         Ok(())
     }

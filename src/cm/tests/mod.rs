@@ -4,6 +4,7 @@
 //! parallel in one process) and records every event its ids receive.
 
 mod connect;
+mod counters;
 mod disconnect;
 mod teardown;
 
