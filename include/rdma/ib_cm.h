@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <endian.h>
 /* The kernel's error-pointer helpers, unless the caller has its own. */
 #ifndef MAX_ERRNO
 #define MAX_ERRNO 4095
@@ -35,26 +34,36 @@ static inline bool IS_ERR(const void *ptr) { return IS_ERR_VALUE((unsigned long)
 static inline bool IS_ERR_OR_NULL(const void *ptr) { return !ptr || IS_ERR_VALUE((unsigned long)ptr); }
 #endif
 
+/* Constant big-endian conversions (the kernel's cpu_to_be16/64 on constants),
+ * usable in strict ISO C and in constant expressions. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define IBCM_BE16(x) ((uint16_t)(x))
+#define IBCM_BE64(x) ((uint64_t)(x))
+#else
+#define IBCM_BE16(x) ((uint16_t)((((uint16_t)(x) & 0x00ffu) << 8) | (((uint16_t)(x) & 0xff00u) >> 8)))
+#define IBCM_BE64(x) ((uint64_t)( (((uint64_t)(x) & 0x00000000000000ffULL) << 56) | (((uint64_t)(x) & 0x000000000000ff00ULL) << 40) | (((uint64_t)(x) & 0x0000000000ff0000ULL) << 24) | (((uint64_t)(x) & 0x00000000ff000000ULL) << 8) | (((uint64_t)(x) & 0x000000ff00000000ULL) >> 8) | (((uint64_t)(x) & 0x0000ff0000000000ULL) >> 24) | (((uint64_t)(x) & 0x00ff000000000000ULL) >> 40) | (((uint64_t)(x) & 0xff00000000000000ULL) >> 56)))
+#endif
+
 /* Attribute IDs of CM MADs, big-endian as in the kernel (__be16). */
-#define CM_REQ_ATTR_ID      htobe16(0x0010)
-#define CM_MRA_ATTR_ID      htobe16(0x0011)
-#define CM_REJ_ATTR_ID      htobe16(0x0012)
-#define CM_REP_ATTR_ID      htobe16(0x0013)
-#define CM_RTU_ATTR_ID      htobe16(0x0014)
-#define CM_DREQ_ATTR_ID     htobe16(0x0015)
-#define CM_DREP_ATTR_ID     htobe16(0x0016)
-#define CM_SIDR_REQ_ATTR_ID htobe16(0x0017)
-#define CM_SIDR_REP_ATTR_ID htobe16(0x0018)
-#define CM_LAP_ATTR_ID      htobe16(0x0019)
-#define CM_APR_ATTR_ID      htobe16(0x001A)
+#define CM_REQ_ATTR_ID      IBCM_BE16(0x0010)
+#define CM_MRA_ATTR_ID      IBCM_BE16(0x0011)
+#define CM_REJ_ATTR_ID      IBCM_BE16(0x0012)
+#define CM_REP_ATTR_ID      IBCM_BE16(0x0013)
+#define CM_RTU_ATTR_ID      IBCM_BE16(0x0014)
+#define CM_DREQ_ATTR_ID     IBCM_BE16(0x0015)
+#define CM_DREP_ATTR_ID     IBCM_BE16(0x0016)
+#define CM_SIDR_REQ_ATTR_ID IBCM_BE16(0x0017)
+#define CM_SIDR_REP_ATTR_ID IBCM_BE16(0x0018)
+#define CM_LAP_ATTR_ID      IBCM_BE16(0x0019)
+#define CM_APR_ATTR_ID      IBCM_BE16(0x001A)
 
 /* Service IDs (__be64, as in the kernel). */
-#define IB_SERVICE_ID_AGN_MASK  htobe64(0xFF00000000000000ULL)
-#define IB_CM_ASSIGN_SERVICE_ID htobe64(0x0200000000000000ULL)
-#define IB_CMA_SERVICE_ID       htobe64(0x0000000001000000ULL)
-#define IB_CMA_SERVICE_ID_MASK  htobe64(0xFFFFFFFFFF000000ULL)
-#define IB_SDP_SERVICE_ID       htobe64(0x0000000000010000ULL)
-#define IB_SDP_SERVICE_ID_MASK  htobe64(0xFFFFFFFFFFFF0000ULL)
+#define IB_SERVICE_ID_AGN_MASK  IBCM_BE64(0xFF00000000000000ULL)
+#define IB_CM_ASSIGN_SERVICE_ID IBCM_BE64(0x0200000000000000ULL)
+#define IB_CMA_SERVICE_ID       IBCM_BE64(0x0000000001000000ULL)
+#define IB_CMA_SERVICE_ID_MASK  IBCM_BE64(0xFFFFFFFFFF000000ULL)
+#define IB_SDP_SERVICE_ID       IBCM_BE64(0x0000000000010000ULL)
+#define IB_SDP_SERVICE_ID_MASK  IBCM_BE64(0xFFFFFFFFFFFF0000ULL)
 
 struct ib_cm_id;
 struct ib_cm_event;
