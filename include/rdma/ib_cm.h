@@ -222,122 +222,6 @@ struct ib_cm_rep_event_param {
 };
 
 
-#define REQ_PRIVATE_DATA_SIZE 92
-
-#define MRA_PRIVATE_DATA_SIZE 222
-
-#define REJ_PRIVATE_DATA_SIZE 148
-
-#define REP_PRIVATE_DATA_SIZE 196
-
-#define RTU_PRIVATE_DATA_SIZE 224
-
-#define DREQ_PRIVATE_DATA_SIZE 220
-
-#define DREP_PRIVATE_DATA_SIZE 224
-
-#define REJ_ARI_LENGTH 72
-
-#define LAP_PRIVATE_DATA_SIZE 168
-
-#define APR_PRIVATE_DATA_SIZE 148
-
-#define APR_INFO_LENGTH 72
-
-#define SIDR_REQ_PRIVATE_DATA_SIZE 216
-
-#define SIDR_REP_PRIVATE_DATA_SIZE 136
-
-#define SIDR_REP_INFO_LENGTH 72
-
-/*
- Counters per attribute: REQ (0x10) … APR (0x1A).
- */
-#define ATTR_COUNT 11
-
-/*
- The default partition.
- */
-#define DEFAULT_PKEY 65535
-
-/*
- `IB_CM_ASSIGN_SERVICE_ID` (host order): "pick one for me".
- */
-#define CM_ASSIGN_SERVICE_ID 144115188075855872
-
-/*
- Path record types (`enum sa_path_rec_type`).
- */
-#define REC_TYPE_IB 0
-
-#define REC_TYPE_ROCE_V1 1
-
-#define REC_TYPE_ROCE_V2 2
-
-/*
- `IB_LID_PERMISSIVE`: what a REQ carries as LIDs when the path is routed.
- */
-#define LID_PERMISSIVE 65535
-
-/*
- The highest loop device index (LIDs stay in the unicast range).
- */
-#define MAX_LOOP_INDEX 4095
-
-/*
- Size of every CM MAD (`IB_MGMT_MAD_HDR` + `IB_MGMT_MAD_DATA`, ib_mad.h).
- */
-#define MAD_SIZE 256
-
-/*
- Size of the common MAD header (`struct ib_mad_hdr`); CM data starts right after it.
- */
-#define MAD_HDR_SIZE 24
-
-/*
- `IB_MGMT_BASE_VERSION`.
- */
-#define BASE_VERSION 1
-
-/*
- `IB_MGMT_CLASS_CM`.
- */
-#define MGMT_CLASS_CM 7
-
-/*
- `IB_CM_CLASS_VERSION` ("IB specification 1.2", cm_msgs.h).
- */
-#define CM_CLASS_VERSION 2
-
-/*
- `IB_MGMT_METHOD_SEND`: the kernel CM sends every message with this method.
- */
-#define METHOD_SEND 3
-
-#define CLASS_PORT_INFO 1
-
-#define REQ 16
-
-#define MRA 17
-
-#define REJ 18
-
-#define REP 19
-
-#define RTU 20
-
-#define DREQ 21
-
-#define DREP 22
-
-#define SIDR_REQ 23
-
-#define SIDR_REP 24
-
-#define LAP 25
-
-#define APR 26
-
 /*
  `enum ib_cm_event_type`.
  */
@@ -542,11 +426,6 @@ enum ibcm_counter_attr {
   IBCM_CNT_APR = 10,
   IBCM_CNT_ATTRS = 11,
 };
-
-/*
- A positive errno value (`libc::EINVAL`, …).
- */
-struct Errno;
 
 /*
  Opaque: the library's device handle, from `ibcm_open_device()`.
@@ -754,28 +633,6 @@ struct ibcm_counters {
    */
   uint64_t rx_unmatched;
 };
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 #ifdef __cplusplus
 extern "C" {
