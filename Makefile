@@ -2,7 +2,10 @@
 #
 #   make run      the main job: ibcm-cmtime on the in-process fabric (installs
 #                 what it needs first)
-#   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind
+#   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
+#                 and the SoftRoCE suite in a QEMU VM (IBCM_SKIP_SOFTROCE=1 skips it)
+#   make softroce the C suite on rxe0/rxe1 inside one VM, and the kernel-CM
+#                 coexistence check in a second VM
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -14,7 +17,7 @@ RELEASE  := target/release
 CONNECTIONS ?= 10000
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check clean help
+        rust-check c-check c-asan c-valgrind symbols-check softroce clean help
 
 all: lib
 
@@ -80,6 +83,14 @@ c-asan: stage
 c-valgrind: stage
 	$(call c_suite,$(BUILD)/c-valgrind,-DIBCM_VALGRIND=ON)
 
+# The same C programs on SoftRoCE: Debian's kernel under QEMU (TCG), rxe0/rxe1
+# on a veth pair, ib_umad loaded and the kernel CM not; then one more boot with
+# the kernel CM loaded, where opening a device must fail with -EADDRINUSE.
+softroce: c-build
+	softroce/setup.sh
+	softroce/run-in-vm.sh -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce"
+	softroce/run-in-vm.sh --ibcm -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce -R kernel_cm"
+
 rust-check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -95,6 +106,8 @@ check: deps
 	$(MAKE) c-check
 	$(MAKE) c-asan
 	$(MAKE) c-valgrind
+	@if [ "$${IBCM_SKIP_SOFTROCE:-0}" = 1 ]; then echo "softroce: skipped (IBCM_SKIP_SOFTROCE=1)"; \
+	else $(MAKE) softroce; fi
 
 clean:
 	$(CARGO) clean
