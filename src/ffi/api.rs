@@ -4,7 +4,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{bounded_private_data, err_ptr, event, guard, path, with_id};
+use super::{bounded_private_data, err_ptr, event, guard, path, with_id, with_id_and_private_data};
 use crate::abi::{
     CIntEventType, CIntRejReason, data_size, ib_cm_handler, ib_cm_id, ib_cm_rep_param,
     ib_cm_req_param, ib_device,
@@ -150,17 +150,13 @@ pub unsafe extern "C" fn ib_send_cm_rtu(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    with_id(cm_id, |id| {
-        // SAFETY: the caller's promise.
-        let pd = unsafe {
-            bounded_private_data(
-                private_data,
-                private_data_len,
-                data_size::RTU_PRIVATE_DATA_SIZE,
-            )
-        }?;
-        cm::send_rtu(id, pd.unwrap_or_default())
-    })
+    let max = data_size::RTU_PRIVATE_DATA_SIZE;
+    // SAFETY: the caller's promise, forwarded.
+    unsafe {
+        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
+            cm::send_rtu(id, pd.unwrap_or_default())
+        })
+    }
 }
 
 /// Sends a DREQ: asks the peer to disconnect an established connection.
@@ -175,17 +171,13 @@ pub unsafe extern "C" fn ib_send_cm_dreq(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    with_id(cm_id, |id| {
-        // SAFETY: the caller's promise.
-        let pd = unsafe {
-            bounded_private_data(
-                private_data,
-                private_data_len,
-                data_size::DREQ_PRIVATE_DATA_SIZE,
-            )
-        }?;
-        cm::send_dreq(id, pd)
-    })
+    let max = data_size::DREQ_PRIVATE_DATA_SIZE;
+    // SAFETY: the caller's promise, forwarded.
+    unsafe {
+        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
+            cm::send_dreq(id, pd)
+        })
+    }
 }
 
 /// Sends a DREP in answer to a DREQ. The id enters timewait even if sending
@@ -200,17 +192,13 @@ pub unsafe extern "C" fn ib_send_cm_drep(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    with_id(cm_id, |id| {
-        // SAFETY: the caller's promise.
-        let pd = unsafe {
-            bounded_private_data(
-                private_data,
-                private_data_len,
-                data_size::DREP_PRIVATE_DATA_SIZE,
-            )
-        }?;
-        cm::send_drep(id, pd)
-    })
+    let max = data_size::DREP_PRIVATE_DATA_SIZE;
+    // SAFETY: the caller's promise, forwarded.
+    unsafe {
+        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
+            cm::send_drep(id, pd)
+        })
+    }
 }
 
 /// Sends a REJ during connection setup.

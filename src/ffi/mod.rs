@@ -78,3 +78,22 @@ unsafe fn bounded_private_data<'a>(
     // SAFETY: forwarded from the caller.
     Ok(unsafe { private_data(ptr, len) })
 }
+
+/// [`with_id`] for the calls that take nothing but private data (RTU, DREQ,
+/// DREP): its length is checked against `max` first, as the kernel does.
+///
+/// # Safety
+/// As for [`private_data`].
+unsafe fn with_id_and_private_data(
+    cm_id: *mut ib_cm_id,
+    ptr: *const c_void,
+    len: u8,
+    max: usize,
+    f: impl FnOnce(&Arc<CmIdPriv>, Option<&[u8]>) -> CmResult,
+) -> i32 {
+    with_id(cm_id, |id| {
+        // SAFETY: forwarded from the caller.
+        let pd = unsafe { bounded_private_data(ptr, len, max) }?;
+        f(id, pd)
+    })
+}
