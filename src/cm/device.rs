@@ -18,8 +18,6 @@ use crate::wire::Mad;
 
 /// IB MTU 4096 (`IB_MTU_4096`), what loop ports report.
 const IB_MTU_4096: u8 = 5;
-/// IB MTU 1024: what rxe reports on a 1500-byte Ethernet.
-const IB_MTU_1024: u8 = 3;
 /// IB rate 10 Gb/s (`IB_RATE_10_GBPS`).
 const IB_RATE_10_GBPS: u8 = 3;
 /// The CA ACK delay the library assumes: what rdma_rxe reports (sysfs does
@@ -39,6 +37,8 @@ pub struct Port {
     pub lid: u16,
     pub pkey: u16,
     pub link_layer: LinkLayer,
+    /// The active MTU (`enum ib_mtu` code).
+    pub mtu: u8,
     /// The valid entries of the GID table.
     pub gids: Vec<GidEntry>,
 }
@@ -99,6 +99,7 @@ impl Device {
                         lid: me.lid,
                         pkey: DEFAULT_PKEY,
                         link_layer: LinkLayer::InfiniBand,
+                        mtu: IB_MTU_4096,
                         gids: vec![GidEntry {
                             index: 0,
                             gid: me.gid,
@@ -127,6 +128,7 @@ impl Device {
                             lid: p.lid,
                             pkey: p.pkey,
                             link_layer: p.link_layer,
+                            mtu: p.mtu,
                             gids: p.gids.clone(),
                         })
                         .collect(),
@@ -265,7 +267,7 @@ impl Device {
             numb_path: 1,
             pkey: port.pkey,
             sl: 0,
-            mtu: IB_MTU_4096,
+            mtu: port.mtu,
             rate: IB_RATE_10_GBPS,
             packet_life_time: 0,
             rec_type: REC_TYPE_IB,
@@ -309,7 +311,7 @@ fn roce_path(port: &Port, dgid: &[u8; 16]) -> CmResult<Path> {
         numb_path: 1,
         pkey: port.pkey,
         sl: 0,
-        mtu: IB_MTU_1024,
+        mtu: port.mtu,
         rate: IB_RATE_10_GBPS,
         packet_life_time: ROCE_PACKET_LIFETIME,
         rec_type: if sgid.gid_type == GidType::RoceV2 {

@@ -42,6 +42,10 @@ pub struct SysPort {
     pub link_layer: LinkLayer,
     pub pkey: u16,
     pub gids: Vec<GidEntry>,
+    /// The active path MTU as an IB MTU code (`enum ib_mtu`: 1 = 256 … 5 =
+    /// 4096): on RoCE from the netdev's MTU as the kernel computes it
+    /// (`iboe_get_mtu`), else 4096.
+    pub mtu: u8,
 }
 
 /// A device as sysfs describes it.
@@ -99,6 +103,31 @@ fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
     gids
 }
 
+/// `iboe_get_mtu()`: the largest IB MTU that fits an Ethernet MTU once the
+/// RoCE headers (GRH, UDP, BTH, XRC and atomic extended headers, ICRC: 96
+/// bytes) are taken off.
+pub fn iboe_mtu(eth_mtu: u32) -> u8 {
+    match eth_mtu.saturating_sub(96) {
+        4096.. => 5,
+        2048..=4095 => 4,
+        1024..=2047 => 3,
+        512..=1023 => 2,
+        256..=511 => 1,
+        _ => 0,
+    }
+}
+
+/// The MTU of the netdev behind a RoCE port's GID 0.
+fn netdev_mtu(port_dir: &Path) -> Option<u32> {
+    let ndev = read(&port_dir.join("gid_attrs/ndevs/0"))?;
+    if ndev.is_empty() || ndev.contains('/') {
+        return None;
+    }
+    read(&Path::new("/sys/class/net").join(ndev).join("mtu"))?
+        .parse()
+        .ok()
+}
+
 fn read_port(port_dir: &Path, port_num: u8) -> SysPort {
     let link_layer = match read(&port_dir.join("link_layer")).as_deref() {
         Some("Ethernet") => LinkLayer::Ethernet,
@@ -110,7 +139,12 @@ fn read_port(port_dir: &Path, port_num: u8) -> SysPort {
             g.gid_type = GidType::Ib;
         }
     }
+    let mtu = match link_layer {
+        LinkLayer::Ethernet => netdev_mtu(port_dir).map_or(3, iboe_mtu),
+        LinkLayer::InfiniBand => 5,
+    };
     SysPort {
+        mtu,
         port_num,
         active: read(&port_dir.join("state")).is_some_and(|s| s.ends_with("ACTIVE")),
         lid: read(&port_dir.join("lid"))
@@ -185,6 +219,15 @@ mod tests {
     }
 
     #[test]
+    fn iboe_mtu_matches_the_kernel() {
+        assert_eq!(iboe_mtu(1500), 3);
+        assert_eq!(iboe_mtu(9000), 5);
+        assert_eq!(iboe_mtu(4200), 5);
+        assert_eq!(iboe_mtu(4000), 4);
+        assert_eq!(iboe_mtu(300), 0);
+    }
+
+    #[test]
     fn read_device_parses_a_roce_port_and_its_gid_table() {
         let root = std::env::temp_dir().join(format!("ibcm-sysfs-{}", std::process::id()));
         fake_rxe(&root);
@@ -197,6 +240,7 @@ mod tests {
         assert_eq!(port.gids.len(), 2);
         assert_eq!(port.gids[1].gid_type, GidType::RoceV2);
         assert_eq!(port.gids[1].gid[10..], [0xff, 0xff, 10, 77, 0, 1]);
+        assert_eq!(port.mtu, 3); // no netdev here: the 1500-byte default
         assert_eq!(read_device(&root, "rxe9").err(), Some(ENODEV));
         assert_eq!(read_device(&root, "../etc").err(), Some(ENODEV));
         fs::remove_dir_all(&root).unwrap();
