@@ -12,10 +12,12 @@ mod drep;
 mod dreq;
 mod establish;
 pub mod event;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod id;
 mod listen;
 pub mod path;
-mod recv;
+pub(crate) mod recv;
 mod rej;
 mod rep;
 mod req;
