@@ -694,3 +694,16 @@ pub struct ibcm_counters {
 }
 
 const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 2));
+
+/// What the library holds right now (`ibcm_get_stats()`): all zero once every
+/// cm_id is destroyed and the fabric is quiet.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibcm_stats {
+    /// cm_ids that exist (created and not yet destroyed).
+    pub cm_ids: u64,
+    /// Armed timers (retransmissions, timewaits).
+    pub timers: u64,
+    /// Work queued for the worker thread: received MADs and events.
+    pub queued: u64,
+}

@@ -634,6 +634,25 @@ struct ibcm_counters {
   uint64_t rx_unmatched;
 };
 
+/*
+ What the library holds right now (`ibcm_get_stats()`): all zero once every
+ cm_id is destroyed and the fabric is quiet.
+ */
+struct ibcm_stats {
+  /*
+   cm_ids that exist (created and not yet destroyed).
+   */
+  uint64_t cm_ids;
+  /*
+   Armed timers (retransmissions, timewaits).
+   */
+  uint64_t timers;
+  /*
+   Work queued for the worker thread: received MADs and events.
+   */
+  uint64_t queued;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -704,7 +723,9 @@ int ib_send_cm_dreq(struct ib_cm_id *cm_id, const void *private_data, uint8_t pr
 int ib_send_cm_drep(struct ib_cm_id *cm_id, const void *private_data, uint8_t private_data_len);
 
 /*
- Sends a REJ during connection setup.
+ Sends a REJ during connection setup. `-EINVAL` for more than 148 bytes of
+ private data, more than 72 of ARI, a reason outside 0..=65535, or a state
+ that has nothing to reject.
 
  # Safety
  A non-NULL `ari` points to `ari_length` bytes, a non-NULL `private_data` to
@@ -727,6 +748,17 @@ int ib_cm_notify(struct ib_cm_id *cm_id, enum ib_event_type event);
  The kernel's text for a reject reason; "unrecognized reason" otherwise.
  */
 const char *ibcm_reject_msg(int reason);
+
+/*
+ Bounds this id's disconnect (beyond the kernel): its future DREQs are
+ resent every `timeout_ms` (1 to 600,000) up to `max_retries` times, so a
+ DREQ nobody answers ends in `IB_CM_DREQ_ERROR` after
+ `(1 + max_retries) × timeout_ms` instead of the values from connection
+ setup. Timewait is unchanged. `-EINVAL` for a bad id or timeout.
+ */
+int ibcm_set_disconnect_timeout(struct ib_cm_id *cm_id,
+                                unsigned int timeout_ms,
+                                uint8_t max_retries);
 
 /*
  Opens a device: `loop0`, `loop1`, … are devices of the in-process fabric.
@@ -778,6 +810,23 @@ int ibcm_loop_drop(struct ib_device *device, uint16_t attr_id, unsigned int coun
  A non-NULL `out` points to writable memory for a `struct ibcm_counters`.
  */
 int ibcm_get_counters(struct ib_device *device, uint8_t port_num, struct ibcm_counters *out);
+
+/*
+ Fault injection on the in-process fabric: drops `drop_percent` % and
+ duplicates `dup_percent` % of the MADs `device` sends, at random (0, 0
+ stops). `-EINVAL` above 100, `-EOPNOTSUPP` on other devices.
+ */
+int ibcm_loop_set_loss(struct ib_device *device,
+                       unsigned int drop_percent,
+                       unsigned int dup_percent);
+
+/*
+ What the library holds right now: cm_ids, armed timers, queued work.
+
+ # Safety
+ A non-NULL `stats` points to writable memory for a `struct ibcm_stats`.
+ */
+int ibcm_get_stats(struct ibcm_stats *stats);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -84,6 +84,9 @@ pub struct CmIdInner {
     pub tid: u64,
     pub timeout_ms: u32,
     pub max_cm_retries: u8,
+    /// `ibcm_set_disconnect_timeout()`: the DREQ's retransmission interval
+    /// and retries, instead of those from connection setup.
+    pub disconnect_timeout: Option<(u32, u8)>,
     pub local_qpn: u32,
     pub remote_qpn: u32,
     pub remote_ca_guid: u64,

@@ -5,6 +5,7 @@
 //! may be held while taking the table lock or queueing work, never the reverse.
 //! Handlers run on the worker thread with no lock held.
 
+mod bounded;
 pub mod counters;
 mod destroy;
 pub mod device;
@@ -30,6 +31,7 @@ mod worker;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+pub use bounded::{MAX_DISCONNECT_TIMEOUT_MS, set_disconnect_timeout};
 pub use destroy::destroy_id;
 pub use drep::send_drep;
 pub use dreq::send_dreq;

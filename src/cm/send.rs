@@ -37,12 +37,15 @@ pub fn send_tracked(l: &mut Locked, mad: Box<Mad>, sent_in: ib_cm_state) -> CmRe
     cancel_msg(l);
     let av = l.inner.av;
     l.id.device.send(av.port_num, &av.addr, &mad)?;
-    let timeout_ms = l.inner.timeout_ms;
+    let (timeout_ms, retries) = match (sent_in, l.inner.disconnect_timeout) {
+        (IB_CM_DREQ_SENT, Some(bound)) => bound,
+        _ => (l.inner.timeout_ms, l.inner.max_cm_retries),
+    };
     l.inner.msg = Some(TrackedMsg {
         mad,
         av,
         sent_in,
-        retries_left: l.inner.max_cm_retries,
+        retries_left: retries,
         timeout_ms,
         timer: arm_retransmit(l, timeout_ms),
     });

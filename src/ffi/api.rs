@@ -1,6 +1,6 @@
 //! The kernel API of `<rdma/ib_cm.h>`.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -201,7 +201,9 @@ pub unsafe extern "C" fn ib_send_cm_drep(
     }
 }
 
-/// Sends a REJ during connection setup.
+/// Sends a REJ during connection setup. `-EINVAL` for more than 148 bytes of
+/// private data, more than 72 of ARI, a reason outside 0..=65535, or a state
+/// that has nothing to reject.
 ///
 /// # Safety
 /// A non-NULL `ari` points to `ari_length` bytes, a non-NULL `private_data` to
@@ -226,12 +228,9 @@ pub unsafe extern "C" fn ib_send_cm_rej(
         }?;
         // SAFETY: the caller's promise.
         let ari = unsafe { bounded_private_data(ari, ari_length, data_size::REJ_ARI_LENGTH) }?;
-        cm::send_rej(
-            id,
-            reason.0 as u16,
-            ari.unwrap_or_default(),
-            pd.unwrap_or_default(),
-        )
+        // The wire field is 16 bits; the kernel would truncate, this refuses.
+        let reason = u16::try_from(reason.0).map_err(|_| EINVAL)?;
+        cm::send_rej(id, reason, ari.unwrap_or_default(), pd.unwrap_or_default())
     })
 }
 
@@ -292,6 +291,22 @@ fn reject_msg(reason: c_int) -> &'static CStr {
         .and_then(|i| STRS.get(i))
         .copied()
         .unwrap_or(STRS[0])
+}
+
+/// Bounds this id's disconnect (beyond the kernel): its future DREQs are
+/// resent every `timeout_ms` (1 to 600,000) up to `max_retries` times, so a
+/// DREQ nobody answers ends in `IB_CM_DREQ_ERROR` after
+/// `(1 + max_retries) × timeout_ms` instead of the values from connection
+/// setup. Timewait is unchanged. `-EINVAL` for a bad id or timeout.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_set_disconnect_timeout(
+    cm_id: *mut ib_cm_id,
+    timeout_ms: c_uint,
+    max_retries: u8,
+) -> c_int {
+    with_id(cm_id, |id| {
+        cm::set_disconnect_timeout(id, timeout_ms, max_retries)
+    })
 }
 
 #[cfg(test)]

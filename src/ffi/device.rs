@@ -3,8 +3,8 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
 use super::{err_ptr, guard, path, ret};
-use crate::abi::{ib_device, ib_gid, ibcm_counters, sa_path_rec};
-use crate::errno::{EINVAL, EIO};
+use crate::abi::{ib_device, ib_gid, ibcm_counters, ibcm_stats, sa_path_rec};
+use crate::errno::{EINVAL, EIO, EOPNOTSUPP};
 use crate::{cm, errno::CmResult};
 
 fn with_device(
@@ -131,5 +131,43 @@ pub unsafe extern "C" fn ibcm_get_counters(
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { out.write(counters) };
         Ok(())
+    })
+}
+
+/// Fault injection on the in-process fabric: drops `drop_percent` % and
+/// duplicates `dup_percent` % of the MADs `device` sends, at random (0, 0
+/// stops). `-EINVAL` above 100, `-EOPNOTSUPP` on other devices.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_loop_set_loss(
+    device: *mut ib_device,
+    drop_percent: c_uint,
+    dup_percent: c_uint,
+) -> c_int {
+    with_device(device, |d| {
+        d.as_loop()
+            .ok_or(EOPNOTSUPP)?
+            .set_loss(drop_percent, dup_percent)
+    })
+}
+
+/// What the library holds right now: cm_ids, armed timers, queued work.
+///
+/// # Safety
+/// A non-NULL `stats` points to writable memory for a `struct ibcm_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_get_stats(stats: *mut ibcm_stats) -> c_int {
+    guard(EIO.to_neg(), || {
+        if stats.is_null() {
+            return EINVAL.to_neg();
+        }
+        let (queued, timers) = cm::pending();
+        let s = ibcm_stats {
+            cm_ids: cm::id_count() as u64,
+            timers: timers as u64,
+            queued: queued as u64,
+        };
+        // SAFETY: non-NULL and writable by the caller's promise.
+        unsafe { stats.write(s) };
+        0
     })
 }

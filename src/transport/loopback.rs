@@ -81,6 +81,8 @@ pub struct LoopTransport {
     failures: Mutex<HashMap<u16, u32>>,
     /// attribute ID → MADs handed to the fabric (dropped ones included).
     sent: Mutex<HashMap<u16, u64>>,
+    /// Random loss: (drop %, duplicate %) of every MAD, and the generator.
+    loss: Mutex<(u32, u32, u64)>,
 }
 
 impl LoopTransport {
@@ -96,7 +98,43 @@ impl LoopTransport {
             drops: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             sent: Mutex::new(HashMap::new()),
+            loss: Mutex::new((0, 0, 0x9e37_79b9_7f4a_7c15 ^ u64::from(me.index))),
         }))
+    }
+
+    /// Drops `drop_percent` % and duplicates `dup_percent` % of the MADs this
+    /// device sends, at random; `-EINVAL` above 100.
+    pub fn set_loss(&self, drop_percent: u32, dup_percent: u32) -> CmResult {
+        if drop_percent > 100 || dup_percent > 100 {
+            return Err(EINVAL);
+        }
+        let mut loss = self.loss.lock();
+        loss.0 = drop_percent;
+        loss.1 = dup_percent;
+        Ok(())
+    }
+
+    /// How many copies of the next MAD reach the wire: 0, 1 or 2.
+    fn copies(&self) -> u32 {
+        let mut loss = self.loss.lock();
+        let (drop, dup) = (loss.0, loss.1);
+        if drop == 0 && dup == 0 {
+            return 1;
+        }
+        // xorshift64*: cheap, and deterministic per device for reproducible soaks.
+        let mut x = loss.2;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        loss.2 = x;
+        let roll = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % 100;
+        if roll < u64::from(drop) {
+            0
+        } else if roll < u64::from(drop + dup).min(100) {
+            2
+        } else {
+            1
+        }
     }
 
     /// The next `count` sends of `attr_id` fail with `-ENETDOWN`.
@@ -144,6 +182,7 @@ impl MadTransport for LoopTransport {
         if take_one(&self.drops, attr_id) {
             return Ok(());
         }
+        let copies = self.copies();
         let Some(dest) = LoopIdentity::from_gid(&addr.dgid) else {
             return Err(EINVAL);
         };
@@ -162,7 +201,9 @@ impl MadTransport for LoopTransport {
             traffic_class: addr.traffic_class,
             flow_label: addr.flow_label,
         };
-        recv(1, reply, Box::new(*mad));
+        for _ in 0..copies {
+            recv(1, reply, Box::new(*mad));
+        }
         Ok(())
     }
 

@@ -338,3 +338,44 @@ fn dreq_tid_is_formed_from_hi_tid_and_local_id_and_drep_echoes_it() {
     assert_eq!(decoded.private_data[..4], [0xde, 0xad, 0xbe, 0xef]);
     pair.finish(&[&passive]);
 }
+
+#[test]
+fn set_disconnect_timeout_bounds_an_unanswered_dreq_and_keeps_timewait() {
+    let pair = Pair::new();
+    let passive = pair.connect();
+    assert_eq!(
+        crate::cm::set_disconnect_timeout(&pair.active, 0, 1),
+        Err(EINVAL)
+    );
+    assert_eq!(
+        crate::cm::set_disconnect_timeout(&pair.active, 600_001, 1),
+        Err(EINVAL)
+    );
+    crate::cm::set_disconnect_timeout(&pair.active, 5, 2).unwrap();
+    pair.loop_a().drop_next(attr::DREQ, 100).unwrap();
+    send_dreq(&pair.active, None).unwrap();
+    let got = pair.rec.wait(Some(&pair.active), IB_CM_DREQ_ERROR);
+    assert_eq!(got.send_status, Some(ib_wc_status::IB_WC_RESP_TIMEOUT_ERR));
+    assert_eq!(pair.loop_a().sent(attr::DREQ), 3); // 1 + max_retries
+    // Timewait is the kernel's, whatever the DREQ's bound.
+    let entered = Instant::now();
+    pair.rec.wait(Some(&pair.active), IB_CM_TIMEWAIT_EXIT);
+    assert!(entered.elapsed() >= Duration::from_millis(100));
+    pair.finish(&[&passive]);
+}
+
+#[test]
+fn destroy_never_waits_for_the_peer_even_with_a_long_dreq_schedule() {
+    let pair = Pair::new();
+    let passive = pair.connect();
+    crate::cm::set_disconnect_timeout(&pair.active, 600_000, 255).unwrap();
+    pair.loop_a().drop_next(attr::DREQ, 100).unwrap();
+    send_dreq(&pair.active, None).unwrap();
+    let started = Instant::now();
+    crate::cm::destroy_id(&pair.active, 0);
+    // Bounded by a running handler of the id, not by the network: far below
+    // the 600 s retransmission interval.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!pair.rec.events_of(&pair.active).contains(&IB_CM_DREQ_ERROR));
+    pair.finish(&[&passive]);
+}
