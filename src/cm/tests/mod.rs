@@ -6,6 +6,7 @@
 mod connect;
 mod counters;
 mod disconnect;
+mod hostile;
 mod teardown;
 
 use std::collections::HashMap;
