@@ -750,6 +750,14 @@ int ib_cm_notify(struct ib_cm_id *cm_id, enum ib_event_type event);
 const char *ibcm_reject_msg(int reason);
 
 /*
+ Asks for more time (Linux 7.x): from REQ_RCVD (or REP_RCVD) the id moves
+ to MRA_REQ_SENT (MRA_REP_SENT) and the peer's next duplicate REQ (REP) is
+ answered with an MRA, service timeout 24. No MAD is sent now. `-EINVAL` in
+ any other state.
+ */
+int ib_prepare_cm_mra(struct ib_cm_id *cm_id);
+
+/*
  Bounds this id's disconnect (beyond the kernel): its future DREQs are
  resent every `timeout_ms` (1 to 600,000) up to `max_retries` times, so a
  DREQ nobody answers ends in `IB_CM_DREQ_ERROR` after

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::counters::Counter;
 use super::device::Device;
-use super::{drep, dreq, rej, rep, req, rtu};
+use super::{drep, dreq, mra, rej, rep, req, rtu};
 use crate::transport::MadAddr;
 use crate::wire::{Mad, attr, parse_header};
 
@@ -88,7 +88,8 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>
         attr::REJ => rej::rej_handler(work),
         attr::DREQ => dreq::dreq_handler(work),
         attr::DREP => drep::drep_handler(work),
-        attr::MRA | attr::SIDR_REQ | attr::SIDR_REP | attr::LAP | attr::APR => work.unmatched(),
+        attr::MRA => mra::mra_handler(work),
+        attr::SIDR_REQ | attr::SIDR_REP | attr::LAP | attr::APR => work.unmatched(),
         _ => work.malformed(),
     }
 }

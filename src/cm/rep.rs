@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::event::{CmEvent, EventParam, RepRcvd};
 use super::id::CmIdPriv;
+use super::mra::format_mra;
 use super::path::ack_timeout;
 use super::recv::Received;
 use super::rej::issue_rej;
@@ -81,13 +82,17 @@ fn dup_rep_handler(work: &Received, rep: &Rep) {
     };
     work.duplicate(attr::REP);
     let l = id.lock();
-    if l.state() == IB_CM_ESTABLISHED {
-        let rtu = Rtu {
-            local_comm_id: l.inner.local_id,
-            remote_comm_id: l.inner.remote_id,
-            private_data: pd_array(&l.inner.private_data),
-        };
-        work.reply_to_retry(&rtu.encode(l.inner.tid));
+    match l.state() {
+        IB_CM_ESTABLISHED => {
+            let rtu = Rtu {
+                local_comm_id: l.inner.local_id,
+                remote_comm_id: l.inner.remote_id,
+                private_data: pd_array(&l.inner.private_data),
+            };
+            work.reply_to_retry(&rtu.encode(l.inner.tid));
+        }
+        IB_CM_MRA_REP_SENT => work.reply_to_retry(&format_mra(&l, MsgResponse::Rep)),
+        _ => {}
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::device::Port;
 use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
+use super::mra::format_mra;
 use super::path::{LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, convert_to_ms};
 use super::recv::Received;
 use super::rej::{format_rej, issue_rej};
@@ -217,12 +218,17 @@ fn qp_type_from_req(req: &Req) -> ib_qp_type {
 fn dup_req_handler(work: &Received, cur: &Arc<CmIdPriv>) {
     work.duplicate(attr::REQ);
     let l = cur.lock();
-    if l.state() == IB_CM_TIMEWAIT {
-        let rej = format_rej(&l, IB_CM_REJ_STALE_CONN as u16, &[], &[], IB_CM_TIMEWAIT);
-        work.reply_to_retry(&rej);
+    match l.state() {
+        // The user asked for more time (ib_prepare_cm_mra): say so.
+        IB_CM_MRA_REQ_SENT => work.reply_to_retry(&format_mra(&l, MsgResponse::Req)),
+        IB_CM_TIMEWAIT => {
+            let rej = format_rej(&l, IB_CM_REJ_STALE_CONN as u16, &[], &[], IB_CM_TIMEWAIT);
+            work.reply_to_retry(&rej);
+        }
+        // REQ_RCVD: the user has not answered yet; REP_SENT: the REP's own
+        // retransmission answers it.
+        _ => {}
     }
-    // REQ_RCVD: the user has not answered yet; REP_SENT: the REP's own
-    // retransmission answers it.
 }
 
 /// `cm_req_handler()`: a new connection request.

@@ -293,6 +293,15 @@ fn reject_msg(reason: c_int) -> &'static CStr {
         .unwrap_or(STRS[0])
 }
 
+/// Asks for more time (Linux 7.x): from REQ_RCVD (or REP_RCVD) the id moves
+/// to MRA_REQ_SENT (MRA_REP_SENT) and the peer's next duplicate REQ (REP) is
+/// answered with an MRA, service timeout 24. No MAD is sent now. `-EINVAL` in
+/// any other state.
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_prepare_cm_mra(cm_id: *mut ib_cm_id) -> c_int {
+    with_id(cm_id, cm::prepare_mra)
+}
+
 /// Bounds this id's disconnect (beyond the kernel): its future DREQs are
 /// resent every `timeout_ms` (1 to 600,000) up to `max_retries` times, so a
 /// DREQ nobody answers ends in `IB_CM_DREQ_ERROR` after

@@ -238,3 +238,64 @@ fn local_comm_ids_are_distinct_and_never_zero() {
     }
     pair.finish(&[]);
 }
+
+#[test]
+fn ib_prepare_cm_mra_in_req_rcvd_answers_a_duplicate_req_with_mra_and_stretches_the_req() {
+    let pair = Pair::new();
+    pair.rec.on(
+        IB_CM_REQ_RECEIVED,
+        Arc::new(|id, _| {
+            crate::cm::prepare_mra(id).unwrap();
+            0
+        }),
+    );
+    send_req(&pair.active, &pair.req_params()).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    assert_eq!(passive.state(), IB_CM_MRA_REQ_SENT);
+    // The REQ's retransmission (18 ms) is a duplicate: B answers with an MRA.
+    let got = pair.rec.wait(Some(&pair.active), IB_CM_MRA_RECEIVED);
+    assert_eq!(got.state, IB_CM_MRA_REQ_RCVD);
+    assert_eq!(pair.loop_b().sent(attr::MRA), 1);
+    // The REQ now waits 2^(24-8) ms + timewait: no more REQs for a while.
+    let reqs = pair.loop_a().sent(attr::REQ);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(pair.loop_a().sent(attr::REQ), reqs);
+    // The user answers after all: REP from MRA_REQ_SENT, RTU, established.
+    crate::cm::send_rep(&passive, &rep_params(&[])).unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    assert_eq!(pair.active.state(), IB_CM_ESTABLISHED);
+    assert_eq!(crate::cm::prepare_mra(&pair.active), Err(EINVAL));
+    pair.finish(&[&passive]);
+}
+
+#[test]
+fn ib_prepare_cm_mra_in_rep_rcvd_answers_a_duplicate_rep_with_mra() {
+    let pair = Pair::new();
+    pair.rec.on(
+        IB_CM_REP_RECEIVED,
+        Arc::new(|id, _| {
+            crate::cm::prepare_mra(id).unwrap();
+            0
+        }),
+    );
+    send_req(&pair.active, &pair.req_params()).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    let got = pair.rec.wait(Some(&passive), IB_CM_MRA_RECEIVED);
+    assert_eq!(got.state, IB_CM_MRA_REP_RCVD);
+    assert_eq!(pair.active.state(), IB_CM_MRA_REP_SENT);
+    send_rtu(&pair.active, &[]).unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    assert_eq!(passive.state(), IB_CM_ESTABLISHED);
+    pair.finish(&[&passive]);
+}
+
+#[test]
+fn ib_prepare_cm_mra_outside_req_rcvd_rep_rcvd_is_einval() {
+    let pair = Pair::new();
+    assert_eq!(crate::cm::prepare_mra(&pair.active), Err(EINVAL));
+    assert_eq!(crate::cm::prepare_mra(&pair.listener), Err(EINVAL));
+    let passive = pair.connect();
+    assert_eq!(crate::cm::prepare_mra(&passive), Err(EINVAL));
+    assert_eq!(passive.state(), IB_CM_ESTABLISHED);
+    pair.finish(&[&passive]);
+}

@@ -1,0 +1,127 @@
+//! MRA: `ib_prepare_cm_mra()` (Linux 7.x) and `cm_mra_handler()`.
+//!
+//! Since 2025 the kernel sends no MRA when the user asks for one: the user
+//! only marks the id (`ib_prepare_cm_mra`), and the CM answers the peer's next
+//! *duplicate* REQ or REP with an MRA of service timeout 24 (about 68 s). The
+//! peer then stretches the timeout of the MAD it is retransmitting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::event::{CmEvent, EventParam};
+use super::id::{CmIdPriv, Locked};
+use super::path::convert_to_ms;
+use super::recv::Received;
+use super::tables::tables;
+use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
+use crate::abi::ib_cm_event_type::IB_CM_MRA_RECEIVED;
+use crate::abi::ib_cm_lap_state::{IB_CM_LAP_RCVD, IB_CM_MRA_LAP_SENT};
+use crate::abi::ib_cm_state::{self, *};
+use crate::errno::{CmResult, EINVAL};
+use crate::wire::mra::CM_MRA_PRIVATE_DATA;
+use crate::wire::{Mad, Mra, MsgResponse, attr};
+
+/// `CM_MRA_SETTING`: the service timeout every MRA of the kernel carries.
+pub const CM_MRA_SETTING: u8 = 24;
+
+/// `ib_prepare_cm_mra()`: the next duplicate of the peer's REQ (or REP) gets
+/// an MRA. No MAD is sent now.
+pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
+    let mut l = id.lock();
+    match l.state() {
+        IB_CM_REQ_RCVD => l.set_state(IB_CM_MRA_REQ_SENT),
+        IB_CM_REP_RCVD => l.set_state(IB_CM_MRA_REP_SENT),
+        IB_CM_ESTABLISHED if l.lap_state() == IB_CM_LAP_RCVD as i32 => {
+            l.set_lap_state(IB_CM_MRA_LAP_SENT)
+        }
+        _ => return Err(EINVAL),
+    }
+    l.inner.private_data.clear();
+    Ok(())
+}
+
+/// `cm_format_mra()`: an MRA for the message `mraed`, with the stored
+/// private data (none since `ib_prepare_cm_mra`).
+pub fn format_mra(l: &Locked, mraed: MsgResponse) -> Mad {
+    let mra = Mra {
+        local_comm_id: l.inner.local_id,
+        remote_comm_id: l.inner.remote_id,
+        message_mraed: mraed,
+        service_timeout: CM_MRA_SETTING,
+        private_data: super::pd_array(&l.inner.private_data),
+    };
+    mra.encode(l.inner.tid)
+}
+
+/// `cm_acquire_mraed_id()`: an MRA for a REQ finds an id that does not know
+/// the peer's comm ID yet.
+fn acquire_mraed_id(mra: &Mra) -> Option<Arc<CmIdPriv>> {
+    let remote_id = match mra.message_mraed {
+        MsgResponse::Req => 0,
+        _ => mra.local_comm_id,
+    };
+    tables().acquire_id(mra.remote_comm_id, remote_id)
+}
+
+/// `ib_modify_mad()`: the outstanding MAD now waits `timeout_ms` (its retries
+/// stay), and is reported in `state` if it times out.
+fn modify_mad(l: &mut Locked, timeout_ms: u32, state: ib_cm_state) -> bool {
+    let me = l.id.me.clone();
+    let Some(msg) = l.inner.msg.as_mut() else {
+        return false;
+    };
+    cancel_timer(msg.timer);
+    msg.timeout_ms = timeout_ms;
+    msg.sent_in = state;
+    msg.timer = arm_timer(
+        Duration::from_millis(u64::from(timeout_ms)),
+        TimerWork::Retransmit(me),
+    );
+    true
+}
+
+/// `cm_mra_handler()`.
+pub fn mra_handler(work: Received) {
+    let Ok(mra) = Mra::decode(&work.mad) else {
+        work.malformed();
+        return;
+    };
+    let Some(id) = acquire_mraed_id(&mra) else {
+        work.unmatched();
+        return;
+    };
+    let mut l = id.lock();
+    let timeout =
+        convert_to_ms(mra.service_timeout).saturating_add(convert_to_ms(l.inner.av.timeout));
+    let next = match (l.state(), mra.message_mraed) {
+        (IB_CM_REQ_SENT, MsgResponse::Req) => IB_CM_MRA_REQ_RCVD,
+        (IB_CM_REP_SENT, MsgResponse::Rep) => IB_CM_MRA_REP_RCVD,
+        (IB_CM_MRA_REQ_RCVD | IB_CM_MRA_REP_RCVD, _) => {
+            work.duplicate(attr::MRA);
+            return;
+        }
+        // LAP is never sent (the kernel removed ib_send_cm_lap), so an MRA of
+        // a LAP matches nothing either.
+        _ => {
+            work.unmatched();
+            return;
+        }
+    };
+    if !modify_mad(&mut l, timeout, next) {
+        work.unmatched();
+        return;
+    }
+    l.set_state(next);
+    drop(l);
+    queue_event(
+        &id,
+        CmEvent::with_private_data(
+            IB_CM_MRA_RECEIVED,
+            EventParam::MraRcvd {
+                service_timeout: mra.service_timeout,
+            },
+            work.mad,
+            CM_MRA_PRIVATE_DATA.mad_range(),
+        ),
+    );
+}
