@@ -260,6 +260,10 @@ pub struct CIntRejReason(pub c_int);
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CIntEventType(pub c_int);
+/// An `enum ib_cm_sidr_status` as C writes it, or as a peer sent it.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CIntSidrStatus(pub c_int);
 /// An `enum sa_path_rec_type` as written by C code (any `int`).
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -497,7 +501,8 @@ pub struct ib_cm_sidr_req_event_param {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ib_cm_sidr_rep_event_param {
-    pub status: ib_cm_sidr_status,
+    /// The status as the peer sent it (any 8-bit value).
+    pub status: CIntSidrStatus,
     pub qkey: u32,
     pub qpn: u32,
     pub info: *mut c_void,
@@ -557,6 +562,34 @@ pub struct ib_cm_req_param {
     pub rnr_retry_count: u8,
     pub max_cm_retries: u8,
     pub srq: u8,
+    pub ece: rdma_ucm_ece,
+}
+
+/// `struct ib_cm_sidr_req_param`, 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ib_cm_sidr_req_param {
+    pub path: *mut sa_path_rec,
+    pub sgid_attr: *const ib_gid_attr,
+    /// `__be64`
+    pub service_id: u64,
+    pub timeout_ms: core::ffi::c_ulong,
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
+    pub max_cm_retries: u8,
+}
+
+/// `struct ib_cm_sidr_rep_param`, 56 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ib_cm_sidr_rep_param {
+    pub qp_num: u32,
+    pub qkey: u32,
+    pub status: CIntSidrStatus,
+    pub info: *const c_void,
+    pub info_length: u8,
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
     pub ece: rdma_ucm_ece,
 }
 
@@ -647,6 +680,17 @@ const _: () = {
     assert!(offset_of!(ib_cm_req_param, ece) == 84);
 
     assert!(size_of::<ib_cm_rep_param>() == 32);
+    assert!(size_of::<ib_cm_sidr_req_param>() == 48);
+    assert!(offset_of!(ib_cm_sidr_req_param, timeout_ms) == 24);
+    assert!(offset_of!(ib_cm_sidr_req_param, private_data_len) == 40);
+    assert!(offset_of!(ib_cm_sidr_req_param, max_cm_retries) == 41);
+    assert!(size_of::<ib_cm_sidr_rep_param>() == 56);
+    assert!(offset_of!(ib_cm_sidr_rep_param, status) == 8);
+    assert!(offset_of!(ib_cm_sidr_rep_param, info) == 16);
+    assert!(offset_of!(ib_cm_sidr_rep_param, info_length) == 24);
+    assert!(offset_of!(ib_cm_sidr_rep_param, private_data) == 32);
+    assert!(offset_of!(ib_cm_sidr_rep_param, private_data_len) == 40);
+    assert!(offset_of!(ib_cm_sidr_rep_param, ece) == 44);
     assert!(offset_of!(ib_cm_rep_param, private_data) == 8);
     assert!(offset_of!(ib_cm_rep_param, private_data_len) == 16);
     assert!(offset_of!(ib_cm_rep_param, srq) == 22);

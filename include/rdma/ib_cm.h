@@ -267,18 +267,6 @@ enum ib_cm_apr_status {
 };
 
 /*
- `enum ib_cm_sidr_status`.
- */
-enum ib_cm_sidr_status {
-  IB_SIDR_SUCCESS = 0,
-  IB_SIDR_UNSUPPORTED = 1,
-  IB_SIDR_REJECT = 2,
-  IB_SIDR_NO_QP = 3,
-  IB_SIDR_REDIRECT = 4,
-  IB_SIDR_UNSUPPORTED_VERSION = 5,
-};
-
-/*
  `enum ib_wc_status`: the kernel's numbers, equal to libibverbs' `enum ibv_wc_status`.
  Error events carry one in `param.send_status`.
  */
@@ -379,6 +367,18 @@ enum ib_cm_rej_reason {
   IB_CM_REJ_INVALID_FLOW_LABEL = 32,
   IB_CM_REJ_INVALID_ALT_FLOW_LABEL = 33,
   IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED = 35,
+};
+
+/*
+ `enum ib_cm_sidr_status`.
+ */
+enum ib_cm_sidr_status {
+  IB_SIDR_SUCCESS = 0,
+  IB_SIDR_UNSUPPORTED = 1,
+  IB_SIDR_REJECT = 2,
+  IB_SIDR_NO_QP = 3,
+  IB_SIDR_REDIRECT = 4,
+  IB_SIDR_UNSUPPORTED_VERSION = 5,
 };
 
 /*
@@ -491,6 +491,9 @@ struct ib_cm_sidr_req_event_param {
  `struct ib_cm_sidr_rep_event_param`.
  */
 struct ib_cm_sidr_rep_event_param {
+  /*
+   The status as the peer sent it (any 8-bit value).
+   */
   enum ib_cm_sidr_status status;
   uint32_t qkey;
   uint32_t qpn;
@@ -602,6 +605,36 @@ struct ib_cm_rep_param {
   uint8_t flow_control;
   uint8_t rnr_retry_count;
   uint8_t srq;
+  struct rdma_ucm_ece ece;
+};
+
+/*
+ `struct ib_cm_sidr_req_param`, 48 bytes.
+ */
+struct ib_cm_sidr_req_param {
+  struct sa_path_rec *path;
+  const struct ib_gid_attr *sgid_attr;
+  /*
+   `__be64`
+   */
+  uint64_t service_id;
+  unsigned long timeout_ms;
+  const void *private_data;
+  uint8_t private_data_len;
+  uint8_t max_cm_retries;
+};
+
+/*
+ `struct ib_cm_sidr_rep_param`, 56 bytes.
+ */
+struct ib_cm_sidr_rep_param {
+  uint32_t qp_num;
+  uint32_t qkey;
+  enum ib_cm_sidr_status status;
+  const void *info;
+  uint8_t info_length;
+  const void *private_data;
+  uint8_t private_data_len;
   struct rdma_ucm_ece ece;
 };
 
@@ -756,6 +789,27 @@ const char *ibcm_reject_msg(int reason);
  any other state.
  */
 int ib_prepare_cm_mra(struct ib_cm_id *cm_id);
+
+/*
+ Sends a SIDR_REQ: which UD QP serves `param->service_id`? Retransmitted
+ every `param->timeout_ms` up to `param->max_cm_retries` times, then
+ `IB_CM_SIDR_REQ_ERROR`. `-EINVAL` without a path, with more than 216 bytes
+ of private data, or if the id is not IDLE.
+
+ # Safety
+ `param`, if not NULL, points to a valid `struct ib_cm_sidr_req_param`.
+ */
+int ib_send_cm_sidr_req(struct ib_cm_id *cm_id, struct ib_cm_sidr_req_param *param);
+
+/*
+ Answers a SIDR_REQ (the id from `IB_CM_SIDR_REQ_RECEIVED`); the id is IDLE
+ afterwards. `-EINVAL` for more than 72 bytes of info or 136 of private
+ data, a status outside 0..255, or another state.
+
+ # Safety
+ `param`, if not NULL, points to a valid `struct ib_cm_sidr_rep_param`.
+ */
+int ib_send_cm_sidr_rep(struct ib_cm_id *cm_id, struct ib_cm_sidr_rep_param *param);
 
 /*
  Bounds this id's disconnect (beyond the kernel): its future DREQs are

@@ -9,6 +9,7 @@ use super::dreq::issue_dreq;
 use super::id::CmIdPriv;
 use super::rej::send_rej_locked;
 use super::send::cancel_msg;
+use super::sidr::reject_sidr_req_locked;
 use super::tables::tables;
 use super::timewait::{enter_timewait, remove_remote};
 use super::worker::{cancel_timer, in_handler_of};
@@ -37,7 +38,11 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
                 tables().listen.remove(&key);
                 l.set_state(IB_CM_IDLE);
             }
-            IB_CM_SIDR_REQ_SENT | IB_CM_SIDR_REQ_RCVD => l.set_state(IB_CM_IDLE),
+            IB_CM_SIDR_REQ_SENT => {
+                cancel_msg(&mut l);
+                l.set_state(IB_CM_IDLE);
+            }
+            IB_CM_SIDR_REQ_RCVD => reject_sidr_req_locked(&mut l),
             IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
                 cancel_msg(&mut l);
                 let guid = id.device.node_guid.to_be_bytes();

@@ -62,6 +62,25 @@ pub enum EventParam {
     MraRcvd {
         service_timeout: u8,
     },
+    SidrReqRcvd(SidrReqRcvd),
+    SidrRepRcvd(SidrRepRcvd),
+}
+
+/// `struct ib_cm_sidr_req_event_param`.
+pub struct SidrReqRcvd {
+    pub listen_id: Arc<CmIdPriv>,
+    pub service_id: u64,
+    pub port: u8,
+    pub bth_pkey: u16,
+    pub pkey: u16,
+}
+
+/// `struct ib_cm_sidr_rep_event_param`: the info is a range of the event's MAD.
+pub struct SidrRepRcvd {
+    pub status: u8,
+    pub qkey: u32,
+    pub qpn: u32,
+    pub info: std::ops::Range<usize>,
 }
 
 /// `struct ib_cm_req_event_param`, with the kernel's swaps already made

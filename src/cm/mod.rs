@@ -25,6 +25,7 @@ mod rep;
 mod req;
 mod rtu;
 mod send;
+mod sidr;
 mod tables;
 mod timewait;
 mod worker;
@@ -43,6 +44,7 @@ pub use rej::send_rej;
 pub use rep::{RepParams, send_rep};
 pub use req::{ReqParams, send_req};
 pub use rtu::send_rtu;
+pub use sidr::{SidrRepParams, SidrReqParams, send_sidr_rep, send_sidr_req};
 pub use worker::pending;
 
 use device::Device;
@@ -68,6 +70,11 @@ fn new_id(device: Arc<Device>, handler: Handler) -> Arc<CmIdPriv> {
         ..CmIdInner::default()
     };
     Arc::new_cyclic(|me| CmIdPriv::new(me.clone(), device, handler, inner))
+}
+
+/// Drops an id that was never made visible (a SIDR request nobody serves).
+fn forget_unfinalized(id: &Arc<CmIdPriv>) {
+    id.device.ids.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Makes `id` visible to MADs and to C (`cm_finalize_id`).

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::counters::Counter;
 use super::device::Device;
-use super::{drep, dreq, mra, rej, rep, req, rtu};
+use super::{drep, dreq, mra, rej, rep, req, rtu, sidr};
 use crate::transport::MadAddr;
 use crate::wire::{Mad, attr, parse_header};
 
@@ -89,7 +89,9 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>
         attr::DREQ => dreq::dreq_handler(work),
         attr::DREP => drep::drep_handler(work),
         attr::MRA => mra::mra_handler(work),
-        attr::SIDR_REQ | attr::SIDR_REP | attr::LAP | attr::APR => work.unmatched(),
+        attr::SIDR_REQ => sidr::sidr_req_handler(work),
+        attr::SIDR_REP => sidr::sidr_rep_handler(work),
+        attr::LAP | attr::APR => work.unmatched(),
         _ => work.malformed(),
     }
 }

@@ -67,7 +67,7 @@ fn validate_req_param(p: &ReqParams) -> CmResult {
 
 /// The address of a path (`cm_init_av_by_path`): RoCE and routed paths need
 /// a GRH, sent from the path's source GID.
-fn av_from_path(port: &Port, path: &Path) -> Av {
+pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
     Av {
         port_num: port.port_num,
         addr: MadAddr {

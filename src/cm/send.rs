@@ -119,6 +119,10 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
             enter_timewait(&mut l);
             IB_CM_DREQ_ERROR
         }
+        IB_CM_SIDR_REQ_SENT => {
+            l.set_state(IB_CM_IDLE);
+            IB_CM_SIDR_REQ_ERROR
+        }
         _ => return,
     };
     drop(l);

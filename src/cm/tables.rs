@@ -27,6 +27,9 @@ pub struct Tables {
     pub remote_id: HashMap<(u32, u64), Weak<CmIdPriv>>,
     /// (remote QPN, remote CA GUID) → id (`cm.remote_qp_table`).
     pub remote_qpn: HashMap<(u32, u64), Weak<CmIdPriv>>,
+    /// (request ID, sender GID, sender LID) → the id answering that SIDR
+    /// request (`cm.remote_sidr_table`).
+    pub remote_sidr: HashMap<(u32, [u8; 16], u16), Weak<CmIdPriv>>,
     /// Open devices by the address C knows them by.
     pub devices: HashMap<usize, Arc<Device>>,
     next_index: u32,
@@ -43,6 +46,7 @@ static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
         listen: HashMap::new(),
         remote_id: HashMap::new(),
         remote_qpn: HashMap::new(),
+        remote_sidr: HashMap::new(),
         devices: HashMap::new(),
         next_index: (random >> 32) as u32,
         listen_service_id: FIRST_ASSIGNED_SERVICE_ID,

@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use super::{bounded_private_data, err_ptr, event, guard, path, with_id, with_id_and_private_data};
 use crate::abi::{
     CIntEventType, CIntRejReason, data_size, ib_cm_handler, ib_cm_id, ib_cm_rep_param,
-    ib_cm_req_param, ib_device,
+    ib_cm_req_param, ib_cm_sidr_rep_param, ib_cm_sidr_req_param, ib_device,
 };
 use crate::cm::id::Handler;
-use crate::cm::{self, RepParams, ReqParams};
+use crate::cm::{self, RepParams, ReqParams, SidrRepParams, SidrReqParams};
 use crate::errno::{EINVAL, EIO};
 
 /// Creates an IDLE cm_id on `device` whose events go to `cm_handler`.
@@ -300,6 +300,79 @@ fn reject_msg(reason: c_int) -> &'static CStr {
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_prepare_cm_mra(cm_id: *mut ib_cm_id) -> c_int {
     with_id(cm_id, cm::prepare_mra)
+}
+
+/// Sends a SIDR_REQ: which UD QP serves `param->service_id`? Retransmitted
+/// every `param->timeout_ms` up to `param->max_cm_retries` times, then
+/// `IB_CM_SIDR_REQ_ERROR`. `-EINVAL` without a path, with more than 216 bytes
+/// of private data, or if the id is not IDLE.
+///
+/// # Safety
+/// `param`, if not NULL, points to a valid `struct ib_cm_sidr_req_param`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_sidr_req(
+    cm_id: *mut ib_cm_id,
+    param: *mut ib_cm_sidr_req_param,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: NULL is checked; otherwise the caller's promise.
+        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: as above, for the path.
+        let path = unsafe { p.path.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: the caller's promise for `private_data`.
+        let pd = unsafe {
+            bounded_private_data(
+                p.private_data,
+                p.private_data_len,
+                data_size::SIDR_REQ_PRIVATE_DATA_SIZE,
+            )
+        }?;
+        let params = SidrReqParams {
+            path: path::from_c(path),
+            service_id: u64::from_be(p.service_id),
+            timeout_ms: u32::try_from(p.timeout_ms).map_err(|_| EINVAL)?,
+            private_data: pd.unwrap_or_default().to_vec(),
+            max_cm_retries: p.max_cm_retries,
+        };
+        cm::send_sidr_req(id, &params)
+    })
+}
+
+/// Answers a SIDR_REQ (the id from `IB_CM_SIDR_REQ_RECEIVED`); the id is IDLE
+/// afterwards. `-EINVAL` for more than 72 bytes of info or 136 of private
+/// data, a status outside 0..255, or another state.
+///
+/// # Safety
+/// `param`, if not NULL, points to a valid `struct ib_cm_sidr_rep_param`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_sidr_rep(
+    cm_id: *mut ib_cm_id,
+    param: *mut ib_cm_sidr_rep_param,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: NULL is checked; otherwise the caller's promise.
+        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: the caller's promise for `info` and `private_data`.
+        let (info, pd) = unsafe {
+            (
+                bounded_private_data(p.info, p.info_length, data_size::SIDR_REP_INFO_LENGTH)?,
+                bounded_private_data(
+                    p.private_data,
+                    p.private_data_len,
+                    data_size::SIDR_REP_PRIVATE_DATA_SIZE,
+                )?,
+            )
+        };
+        let params = SidrRepParams {
+            qp_num: p.qp_num,
+            qkey: p.qkey,
+            status: u8::try_from(p.status.0).map_err(|_| EINVAL)?,
+            info: info.unwrap_or_default().to_vec(),
+            private_data: pd.unwrap_or_default().to_vec(),
+            ece: (p.ece.vendor_id, p.ece.attr_mod),
+        };
+        cm::send_sidr_rep(id, &params)
+    })
 }
 
 /// Bounds this id's disconnect (beyond the kernel): its future DREQs are

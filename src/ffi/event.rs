@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 
 use super::path;
 use crate::abi::{
-    CIntRejReason, ib_cm_event, ib_cm_event_param, ib_cm_id, ib_cm_rej_event_param,
-    ib_cm_rep_event_param, ib_cm_req_event_param, rdma_ucm_ece, sa_path_rec,
+    CIntRejReason, CIntSidrStatus, ib_cm_event, ib_cm_event_param, ib_cm_id, ib_cm_rej_event_param,
+    ib_cm_rep_event_param, ib_cm_req_event_param, ib_cm_sidr_rep_event_param,
+    ib_cm_sidr_req_event_param, rdma_ucm_ece, sa_path_rec,
 };
 use crate::cm::event::{CmEvent, EventParam, RepRcvd, ReqRcvd};
 use crate::cm::id::CmIdPriv;
@@ -129,6 +130,34 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
                 reason: CIntRejReason(i32::from(r.reason)),
                 ari: mad_at(&r.ari, &mut mad),
                 ari_length: r.ari.len() as u8,
+            };
+            p
+        }
+        EventParam::SidrReqRcvd(r) => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.sidr_req_rcvd = ib_cm_sidr_req_event_param {
+                listen_id: r.listen_id.addr() as *mut ib_cm_id,
+                service_id: r.service_id.to_be(),
+                sgid_attr: ptr::null(),
+                bth_pkey: r.bth_pkey,
+                port: r.port,
+                pkey: r.pkey,
+            };
+            p
+        }
+        EventParam::SidrRepRcvd(r) => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.sidr_rep_rcvd = ib_cm_sidr_rep_event_param {
+                status: CIntSidrStatus(i32::from(r.status)),
+                qkey: r.qkey,
+                qpn: r.qpn,
+                info: mad_at(&r.info, &mut mad),
+                sgid_attr: ptr::null(),
+                info_len: r.info.len() as u8,
             };
             p
         }

@@ -16,6 +16,8 @@ pub mod rej;
 pub mod rep;
 pub mod req;
 pub mod rtu;
+pub mod sidr_rep;
+pub mod sidr_req;
 #[cfg(test)]
 mod test_util;
 
@@ -26,6 +28,8 @@ pub use rej::Rej;
 pub use rep::Rep;
 pub use req::{Req, ReqPath, TransportType};
 pub use rtu::Rtu;
+pub use sidr_rep::SidrRep;
+pub use sidr_req::SidrReq;
 
 /// Size of every CM MAD (`IB_MGMT_MAD_HDR` + `IB_MGMT_MAD_DATA`, ib_mad.h).
 pub const MAD_SIZE: usize = 256;

@@ -7,6 +7,7 @@ mod connect;
 mod counters;
 mod disconnect;
 mod hostile;
+mod sidr;
 mod teardown;
 
 use std::collections::HashMap;
@@ -48,6 +49,7 @@ pub struct Seen {
     pub private_data: Option<Vec<u8>>,
     pub send_status: Option<ib_wc_status>,
     pub rej_reason: Option<u16>,
+    pub sidr_status: Option<u8>,
     pub new_id: Option<Arc<CmIdPriv>>,
 }
 
@@ -88,7 +90,12 @@ impl Recorder {
                 EventParam::RejRcvd(r) => Some(r.reason),
                 _ => None,
             },
-            new_id: (ev.event == IB_CM_REQ_RECEIVED).then(|| id.clone()),
+            sidr_status: match &ev.param {
+                EventParam::SidrRepRcvd(r) => Some(r.status),
+                _ => None,
+            },
+            new_id: matches!(ev.event, IB_CM_REQ_RECEIVED | IB_CM_SIDR_REQ_RECEIVED)
+                .then(|| id.clone()),
         };
         let policy = self.policies.lock().get(&ev.event).cloned();
         let ret = policy.map_or(0, |p| p(id, ev));

@@ -1,0 +1,229 @@
+//! SIDR, service ID resolution for UD QPs: `ib_send_cm_sidr_req()`,
+//! `cm_sidr_req_handler()`, `ib_send_cm_sidr_rep()`, `cm_sidr_rep_handler()`.
+
+use std::sync::Arc;
+
+use super::event::{CmEvent, EventParam, SidrRepRcvd, SidrReqRcvd};
+use super::id::{Av, CmIdPriv, Locked};
+use super::path::Path;
+use super::recv::Received;
+use super::req::av_from_path;
+use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
+use super::tables::tables;
+use super::worker::queue_event;
+use super::{create_child_id, new_id, pd_array};
+use crate::abi::data_size;
+use crate::abi::ib_cm_event_type::{IB_CM_SIDR_REP_RECEIVED, IB_CM_SIDR_REQ_RECEIVED};
+use crate::abi::ib_cm_sidr_status::{IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
+use crate::abi::ib_cm_state::*;
+use crate::errno::{CmResult, EINVAL};
+use crate::wire::sidr_rep::{CM_SIDR_REP_ADDITIONAL_INFORMATION, CM_SIDR_REP_PRIVATE_DATA};
+use crate::wire::sidr_req::CM_SIDR_REQ_PRIVATE_DATA;
+use crate::wire::{SidrRep, SidrReq, attr};
+
+/// `struct ib_cm_sidr_req_param`, copied out of C memory.
+#[derive(Debug, Clone, Default)]
+pub struct SidrReqParams {
+    pub path: Path,
+    pub service_id: u64,
+    pub timeout_ms: u32,
+    pub private_data: Vec<u8>,
+    pub max_cm_retries: u8,
+}
+
+/// `struct ib_cm_sidr_rep_param`, copied out of C memory.
+#[derive(Debug, Clone, Default)]
+pub struct SidrRepParams {
+    pub qp_num: u32,
+    pub qkey: u32,
+    pub status: u8,
+    pub info: Vec<u8>,
+    pub private_data: Vec<u8>,
+    pub ece: (u32, u32),
+}
+
+/// `ib_send_cm_sidr_req()`: asks the peer which QP serves `service_id`.
+/// Retransmitted every `timeout_ms` up to `max_cm_retries` times.
+pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
+    if p.private_data.len() > data_size::SIDR_REQ_PRIVATE_DATA_SIZE {
+        return Err(EINVAL);
+    }
+    let port = id.device.port_by_gid(&p.path.sgid).ok_or(EINVAL)?;
+    let mut l = id.lock();
+    if l.state() != IB_CM_IDLE {
+        return Err(EINVAL);
+    }
+    l.inner.av = av_from_path(port, &p.path);
+    l.set_service_id(p.service_id);
+    l.inner.timeout_ms = p.timeout_ms;
+    l.inner.max_cm_retries = p.max_cm_retries;
+    let req = SidrReq {
+        request_id: l.inner.local_id,
+        pkey: p.path.pkey,
+        service_id: p.service_id,
+        private_data: pd_array(&p.private_data),
+    };
+    let mad = Box::new(req.encode(form_tid(id.device.hi_tid, l.inner.local_id)));
+    send_tracked(&mut l, mad, IB_CM_SIDR_REQ_SENT)?;
+    l.set_state(IB_CM_SIDR_REQ_SENT);
+    Ok(())
+}
+
+/// The key of a SIDR request in the duplicate table: its ID and its sender.
+fn sidr_key(request_id: u32, av: &Av) -> (u32, [u8; 16], u16) {
+    (request_id, av.addr.dgid, av.addr.dlid)
+}
+
+/// `cm_send_sidr_rep_locked()`: answers, then the id is IDLE and forgets the
+/// request.
+fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
+    let rep = SidrRep {
+        request_id: l.inner.remote_id,
+        status: p.status,
+        info_length: p.info.len() as u8,
+        vendor_id: p.ece.0 & 0x00ff_ffff,
+        qpn: p.qp_num & 0x00ff_ffff,
+        service_id: l.inner.service_id,
+        qkey: p.qkey,
+        info: pd_array(&p.info),
+        private_data: pd_array(&p.private_data),
+    };
+    let result = send_untracked(l, &rep.encode(l.inner.tid, p.ece.1));
+    l.set_state(IB_CM_IDLE);
+    if l.inner.remote_id_linked {
+        let key = sidr_key(l.inner.remote_id, &l.inner.av);
+        tables().remote_sidr.remove(&key);
+        l.inner.remote_id_linked = false;
+    }
+    result
+}
+
+/// `ib_send_cm_sidr_rep()`.
+pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
+    if p.info.len() > data_size::SIDR_REP_INFO_LENGTH
+        || p.private_data.len() > data_size::SIDR_REP_PRIVATE_DATA_SIZE
+    {
+        return Err(EINVAL);
+    }
+    let mut l = id.lock();
+    if l.state() != IB_CM_SIDR_REQ_RCVD {
+        return Err(EINVAL);
+    }
+    send_sidr_rep_locked(&mut l, p)
+}
+
+/// What destroying an id in SIDR_REQ_RCVD sends: a SIDR_REP that rejects.
+pub fn reject_sidr_req_locked(l: &mut Locked) {
+    let p = SidrRepParams {
+        status: IB_SIDR_REJECT as u8,
+        ..SidrRepParams::default()
+    };
+    let _ = send_sidr_rep_locked(l, &p);
+}
+
+/// `cm_sidr_req_handler()`.
+pub fn sidr_req_handler(work: Received) {
+    let Ok(req) = SidrReq::decode(&work.mad) else {
+        work.malformed();
+        return;
+    };
+    let av = Av {
+        port_num: work.port,
+        addr: work.addr,
+        timeout: 0,
+    };
+    let key = sidr_key(req.request_id, &av);
+    let listener = {
+        let t = tables();
+        if t.remote_sidr.contains_key(&key) {
+            drop(t);
+            work.duplicate(attr::SIDR_REQ);
+            return;
+        }
+        t.listen
+            .get(&(Arc::as_ptr(&work.device) as usize, req.service_id))
+            .cloned()
+    };
+    let Some(listener) = listener else {
+        // Nobody serves it: answer UNSUPPORTED from a short-lived id, as the
+        // kernel does.
+        let id = new_id(work.device.clone(), Arc::new(|_, _| 0));
+        let mut l = id.lock();
+        l.set_remote_id(req.request_id);
+        l.set_service_id(req.service_id);
+        l.inner.tid = work.tid;
+        l.inner.av = av;
+        let p = SidrRepParams {
+            status: IB_SIDR_UNSUPPORTED as u8,
+            ..SidrRepParams::default()
+        };
+        let _ = send_sidr_rep_locked(&mut l, &p);
+        drop(l);
+        super::forget_unfinalized(&id);
+        return;
+    };
+    let new_id = create_child_id(&listener);
+    let mut l = new_id.lock();
+    l.inherit_user_fields(&listener);
+    l.set_state(IB_CM_SIDR_REQ_RCVD);
+    l.set_remote_id(req.request_id);
+    l.set_service_id(req.service_id);
+    l.inner.tid = work.tid;
+    l.inner.av = av;
+    tables().remote_sidr.insert(key, Arc::downgrade(&new_id));
+    l.inner.remote_id_linked = true;
+    drop(l);
+    super::finalize_id(&new_id);
+    let event = SidrReqRcvd {
+        listen_id: listener,
+        service_id: req.service_id,
+        port: work.port,
+        bth_pkey: req.pkey,
+        pkey: req.pkey,
+    };
+    queue_event(
+        &new_id,
+        CmEvent::with_private_data(
+            IB_CM_SIDR_REQ_RECEIVED,
+            EventParam::SidrReqRcvd(event),
+            work.mad,
+            CM_SIDR_REQ_PRIVATE_DATA.mad_range(),
+        ),
+    );
+}
+
+/// `cm_sidr_rep_handler()`.
+pub fn sidr_rep_handler(work: Received) {
+    let Ok(rep) = SidrRep::decode(&work.mad) else {
+        work.malformed();
+        return;
+    };
+    let Some(id) = tables().acquire_id(rep.request_id, 0) else {
+        work.unmatched();
+        return;
+    };
+    let mut l = id.lock();
+    if l.state() != IB_CM_SIDR_REQ_SENT {
+        work.unmatched();
+        return;
+    }
+    l.set_state(IB_CM_IDLE);
+    cancel_msg(&mut l);
+    drop(l);
+    let info_start = CM_SIDR_REP_ADDITIONAL_INFORMATION.mad_range().start;
+    let event = SidrRepRcvd {
+        status: rep.status,
+        qkey: rep.qkey,
+        qpn: rep.qpn,
+        info: info_start..info_start + usize::from(rep.info_length),
+    };
+    queue_event(
+        &id,
+        CmEvent::with_private_data(
+            IB_CM_SIDR_REP_RECEIVED,
+            EventParam::SidrRepRcvd(event),
+            work.mad,
+            CM_SIDR_REP_PRIVATE_DATA.mad_range(),
+        ),
+    );
+}

@@ -1,0 +1,151 @@
+//! SIDR_REP, Service ID Resolution REPly (IBTA Vol.1 Table 120, `struct cm_sidr_rep_msg`).
+
+use super::field::{Field, Field64, FieldBytes};
+use super::{DecodeError, Mad, attr, new_mad};
+
+pub const CM_SIDR_REP_REQUESTID: Field = Field::new(0, 32);
+pub const CM_SIDR_REP_STATUS: Field = Field::new(4, 8);
+pub const CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH: Field = Field::new(5, 8);
+pub const CM_SIDR_REP_VENDOR_ID_H: Field = Field::new(6, 16);
+pub const CM_SIDR_REP_QPN: Field = Field::new(8, 24);
+pub const CM_SIDR_REP_VENDOR_ID_L: Field = Field::new(11, 8);
+pub const CM_SIDR_REP_SERVICEID: Field64 = Field64::new(12);
+pub const CM_SIDR_REP_Q_KEY: Field = Field::new(20, 32);
+pub const CM_SIDR_REP_ADDITIONAL_INFORMATION: FieldBytes<72> = FieldBytes::new(24);
+pub const CM_SIDR_REP_PRIVATE_DATA: FieldBytes<136> = FieldBytes::new(96);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SidrRep {
+    pub request_id: u32,
+    pub status: u8,
+    /// At most 72 (decode refuses more).
+    pub info_length: u8,
+    /// 24 bits, from the H (16) and L (8) fields.
+    pub vendor_id: u32,
+    /// 24 bits.
+    pub qpn: u32,
+    pub service_id: u64,
+    pub qkey: u32,
+    pub info: [u8; 72],
+    pub private_data: [u8; 136],
+}
+
+impl Default for SidrRep {
+    fn default() -> Self {
+        Self {
+            request_id: 0,
+            status: 0,
+            info_length: 0,
+            vendor_id: 0,
+            qpn: 0,
+            service_id: 0,
+            qkey: 0,
+            info: [0; 72],
+            private_data: [0; 136],
+        }
+    }
+}
+
+impl SidrRep {
+    /// Encodes as `cm_format_sidr_rep()` does.
+    pub fn encode(&self, tid: u64, attr_mod: u32) -> Mad {
+        let mut mad = new_mad(attr::SIDR_REP, tid, attr_mod);
+        CM_SIDR_REP_REQUESTID.set(&mut mad, self.request_id);
+        CM_SIDR_REP_STATUS.set(&mut mad, u32::from(self.status));
+        CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH.set(&mut mad, u32::from(self.info_length));
+        CM_SIDR_REP_VENDOR_ID_H.set(&mut mad, self.vendor_id >> 8);
+        CM_SIDR_REP_QPN.set(&mut mad, self.qpn);
+        CM_SIDR_REP_VENDOR_ID_L.set(&mut mad, self.vendor_id);
+        CM_SIDR_REP_SERVICEID.set(&mut mad, self.service_id);
+        CM_SIDR_REP_Q_KEY.set(&mut mad, self.qkey);
+        CM_SIDR_REP_ADDITIONAL_INFORMATION.set(&mut mad, &self.info);
+        CM_SIDR_REP_PRIVATE_DATA.set(&mut mad, &self.private_data);
+        mad
+    }
+
+    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
+        let info_length = CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH.get(mad);
+        if info_length > 72 {
+            return Err(DecodeError::FieldRange {
+                field: "CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH",
+                value: info_length,
+            });
+        }
+        Ok(Self {
+            request_id: CM_SIDR_REP_REQUESTID.get(mad),
+            status: CM_SIDR_REP_STATUS.get(mad) as u8,
+            info_length: info_length as u8,
+            vendor_id: CM_SIDR_REP_VENDOR_ID_H.get(mad) << 8 | CM_SIDR_REP_VENDOR_ID_L.get(mad),
+            qpn: CM_SIDR_REP_QPN.get(mad),
+            service_id: CM_SIDR_REP_SERVICEID.get(mad),
+            qkey: CM_SIDR_REP_Q_KEY.get(mad),
+            info: CM_SIDR_REP_ADDITIONAL_INFORMATION.get(mad),
+            private_data: CM_SIDR_REP_PRIVATE_DATA.get(mad),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::test_util::{Access::*, check_table};
+
+    #[test]
+    fn round_trip_with_distinct_and_max_values() {
+        let distinct = SidrRep {
+            request_id: 0x0102_0304,
+            status: 5,
+            info_length: 72,
+            vendor_id: 0x06_0708,
+            qpn: 0x09_0a0b,
+            service_id: 0x0c0d_0e0f_1011_1213,
+            qkey: 0x1415_1617,
+            info: std::array::from_fn(|i| i as u8 + 1),
+            private_data: std::array::from_fn(|i| i as u8 + 2),
+        };
+        let max = SidrRep {
+            request_id: u32::MAX,
+            status: u8::MAX,
+            info_length: 72,
+            vendor_id: 0xff_ffff,
+            qpn: 0xff_ffff,
+            service_id: u64::MAX,
+            qkey: u32::MAX,
+            info: [0xff; 72],
+            private_data: [0xff; 136],
+        };
+        for rep in [distinct, max] {
+            assert_eq!(SidrRep::decode(&rep.encode(3, 0)).unwrap(), rep);
+        }
+    }
+
+    #[test]
+    fn decode_rejects_info_length_over_72() {
+        let mut mad = SidrRep::default().encode(1, 0);
+        CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH.set(&mut mad, 73);
+        assert!(matches!(
+            SidrRep::decode(&mad),
+            Err(DecodeError::FieldRange { .. })
+        ));
+    }
+
+    #[test]
+    fn fields_match_table_120_and_touch_only_their_bits() {
+        check_table(vec![
+            (CM_SIDR_REP_REQUESTID.into(), Be32(24, 0xffff_ffff)),
+            (CM_SIDR_REP_STATUS.into(), U8(28, 0xff)),
+            (
+                CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH.into(),
+                U8(29, 0xff),
+            ),
+            (CM_SIDR_REP_VENDOR_ID_H.into(), Be16(30, 0xffff)),
+            (CM_SIDR_REP_QPN.into(), Be32(32, 0xffff_ff00)),
+            (CM_SIDR_REP_VENDOR_ID_L.into(), U8(35, 0xff)),
+            (CM_SIDR_REP_SERVICEID.into(), Be64(36)),
+            (CM_SIDR_REP_Q_KEY.into(), Be32(44, 0xffff_ffff)),
+            (CM_SIDR_REP_ADDITIONAL_INFORMATION.into(), Mem(48, 72)),
+            (CM_SIDR_REP_PRIVATE_DATA.into(), Mem(120, 136)),
+        ]);
+    }
+}
