@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing ib_cm needs on a fresh Debian 12 machine
-# that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils, a
+# that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils,
+# libibverbs-dev (verbs.h for one test), a
 # pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.
 set -euo pipefail
@@ -10,6 +11,8 @@ need_apt=()
 for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils readelf:binutils; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
+# <infiniband/verbs.h>, for the C test of ib_cm_init_qp_attr.
+[ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   echo "install-deps: apt-get install ${need_apt[*]}"

@@ -67,6 +67,8 @@ static inline bool IS_ERR_OR_NULL(const void *ptr) { return !ptr || IS_ERR_VALUE
 
 struct ib_cm_id;
 struct ib_cm_event;
+/* libibverbs' (include <infiniband/verbs.h> to call ib_cm_init_qp_attr). */
+struct ibv_qp_attr;
 struct sa_path_rec;
 struct ib_gid_attr;
 
@@ -810,6 +812,18 @@ int ib_send_cm_sidr_req(struct ib_cm_id *cm_id, struct ib_cm_sidr_req_param *par
  `param`, if not NULL, points to a valid `struct ib_cm_sidr_rep_param`.
  */
 int ib_send_cm_sidr_rep(struct ib_cm_id *cm_id, struct ib_cm_sidr_rep_param *param);
+
+/*
+ Fills the attributes that move a QP to `qp_attr->qp_state` (INIT, RTR or
+ RTS) for this connection, and their `IBV_QP_*` mask, as the kernel does.
+ `-EINVAL` for another QP state, a connection state that has no such
+ attributes yet, or NULL pointers.
+
+ # Safety
+ `qp_attr` and `qp_attr_mask`, if not NULL, point to a `struct ibv_qp_attr`
+ and an `int` the caller owns.
+ */
+int ib_cm_init_qp_attr(struct ib_cm_id *cm_id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask);
 
 /*
  Bounds this id's disconnect (beyond the kernel): its future DREQs are

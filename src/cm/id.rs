@@ -59,6 +59,8 @@ pub struct Av {
     /// The 5-bit IBA local ACK timeout exponent; timewait lasts
     /// `convert_to_ms(timeout)`.
     pub timeout: u8,
+    /// The path's static rate (`enum ib_rate`), for the QP's address.
+    pub rate: u8,
 }
 
 /// The one tracked, retransmitted MAD of an id (`cm_id_priv->msg`).

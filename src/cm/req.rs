@@ -82,6 +82,7 @@ pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
             flow_label: path.flow_label,
         },
         timeout: path.packet_life_time.saturating_add(1).min(31),
+        rate: path.rate,
     }
 }
 
@@ -292,6 +293,7 @@ pub fn req_handler(work: Received) {
         port_num: work.port,
         addr: work.addr,
         timeout: primary_path.packet_life_time.saturating_add(1).min(31),
+        rate: primary_path.rate,
     };
     link_remote(&mut l, &new_id);
     drop(l);

@@ -131,6 +131,7 @@ pub fn sidr_req_handler(work: Received) {
         port_num: work.port,
         addr: work.addr,
         timeout: 0,
+        rate: 0,
     };
     let key = sidr_key(req.request_id, &av);
     let listener = {

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use super::{bounded_private_data, err_ptr, event, guard, path, with_id, with_id_and_private_data};
 use crate::abi::{
     CIntEventType, CIntRejReason, data_size, ib_cm_handler, ib_cm_id, ib_cm_rep_param,
-    ib_cm_req_param, ib_cm_sidr_rep_param, ib_cm_sidr_req_param, ib_device,
+    ib_cm_req_param, ib_cm_sidr_rep_param, ib_cm_sidr_req_param, ib_device, ibv_ah_attr,
+    ibv_gid_raw, ibv_global_route, ibv_qp_attr,
 };
 use crate::cm::id::Handler;
 use crate::cm::{self, RepParams, ReqParams, SidrRepParams, SidrReqParams};
@@ -373,6 +374,96 @@ pub unsafe extern "C" fn ib_send_cm_sidr_rep(
         };
         cm::send_sidr_rep(id, &params)
     })
+}
+
+/// Fills the attributes that move a QP to `qp_attr->qp_state` (INIT, RTR or
+/// RTS) for this connection, and their `IBV_QP_*` mask, as the kernel does.
+/// `-EINVAL` for another QP state, a connection state that has no such
+/// attributes yet, or NULL pointers.
+///
+/// # Safety
+/// `qp_attr` and `qp_attr_mask`, if not NULL, point to a `struct ibv_qp_attr`
+/// and an `int` the caller owns.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_cm_init_qp_attr(
+    cm_id: *mut ib_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    with_id(cm_id, |id| {
+        // SAFETY: NULL is checked; otherwise the caller's promise.
+        let (attr, mask) = unsafe { (qp_attr.as_mut(), qp_attr_mask.as_mut()) };
+        let (Some(attr), Some(mask)) = (attr, mask) else {
+            return Err(EINVAL);
+        };
+        let a = cm::init_qp_attr(id, attr.qp_state)?;
+        write_qp_attr(attr, &a);
+        *mask = a.mask as c_int;
+        Ok(())
+    })
+}
+
+/// Writes the fields `a.mask` names, and only those, as the kernel does.
+fn write_qp_attr(attr: &mut ibv_qp_attr, a: &cm::QpAttr) {
+    use cm::qp_attr::mask;
+    let has = |bit| a.mask & bit != 0;
+    if has(mask::ACCESS_FLAGS) {
+        attr.qp_access_flags = a.qp_access_flags;
+    }
+    if has(mask::PKEY_INDEX) {
+        attr.pkey_index = a.pkey_index;
+    }
+    if has(mask::PORT) {
+        attr.port_num = a.port_num;
+    }
+    if has(mask::AV) {
+        let ah = &a.ah_attr;
+        attr.ah_attr = ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: ibv_gid_raw(ah.dgid),
+                flow_label: ah.flow_label,
+                sgid_index: ah.sgid_index,
+                hop_limit: ah.hop_limit,
+                traffic_class: ah.traffic_class,
+            },
+            dlid: ah.dlid,
+            sl: ah.sl,
+            src_path_bits: 0,
+            static_rate: ah.static_rate,
+            is_global: u8::from(ah.is_global),
+            port_num: ah.port_num,
+        };
+    }
+    if has(mask::PATH_MTU) {
+        attr.path_mtu = c_int::from(a.path_mtu);
+    }
+    if has(mask::DEST_QPN) {
+        attr.dest_qp_num = a.dest_qp_num;
+    }
+    if has(mask::RQ_PSN) {
+        attr.rq_psn = a.rq_psn;
+    }
+    if has(mask::MAX_DEST_RD_ATOMIC) {
+        attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if has(mask::MIN_RNR_TIMER) {
+        attr.min_rnr_timer = a.min_rnr_timer;
+    }
+    if has(mask::SQ_PSN) {
+        attr.sq_psn = a.sq_psn;
+    }
+    if has(mask::RETRY_CNT) {
+        attr.retry_cnt = a.retry_cnt;
+    }
+    if has(mask::RNR_RETRY) {
+        attr.rnr_retry = a.rnr_retry;
+    }
+    if has(mask::MAX_QP_RD_ATOMIC) {
+        attr.max_rd_atomic = a.max_rd_atomic;
+    }
+    if has(mask::TIMEOUT) {
+        attr.timeout = a.timeout;
+    }
 }
 
 /// Bounds this id's disconnect (beyond the kernel): its future DREQs are

@@ -299,3 +299,61 @@ fn ib_prepare_cm_mra_outside_req_rcvd_rep_rcvd_is_einval() {
     assert_eq!(passive.state(), IB_CM_ESTABLISHED);
     pair.finish(&[&passive]);
 }
+
+#[test]
+fn ib_cm_init_qp_attr_gives_init_rtr_rts_as_the_kernel() {
+    use crate::cm::init_qp_attr;
+    use crate::cm::qp_attr::{QPS_INIT, QPS_RTR, QPS_RTS, mask};
+    let pair = Pair::new();
+    assert_eq!(init_qp_attr(&pair.active, QPS_INIT), Err(EINVAL)); // IDLE
+    let passive = pair.connect();
+    let init = init_qp_attr(&pair.active, QPS_INIT).unwrap();
+    assert_eq!(
+        init.mask,
+        mask::STATE | mask::ACCESS_FLAGS | mask::PKEY_INDEX | mask::PORT
+    );
+    assert_eq!(init.qp_access_flags, 0b1110); // remote write, read, atomic
+    assert_eq!(init.port_num, 1);
+
+    let rtr = init_qp_attr(&pair.active, QPS_RTR).unwrap();
+    let want = mask::STATE
+        | mask::AV
+        | mask::PATH_MTU
+        | mask::DEST_QPN
+        | mask::RQ_PSN
+        | mask::MAX_DEST_RD_ATOMIC
+        | mask::MIN_RNR_TIMER;
+    assert_eq!(rtr.mask, want);
+    assert_eq!(rtr.dest_qp_num, PASSIVE_QPN);
+    assert_eq!(rtr.rq_psn, 0x1000); // the kernel: the REQ's starting PSN
+    assert_eq!(rtr.path_mtu, 5);
+    assert_eq!(rtr.max_dest_rd_atomic, 4); // the REP's initiator depth
+    assert_eq!(rtr.ah_attr.dlid, pair.b.ports[0].lid);
+    assert_eq!(rtr.ah_attr.dgid, pair.b.ports[0].gids[0].gid);
+
+    let rts = init_qp_attr(&pair.active, QPS_RTS).unwrap();
+    let want = mask::STATE
+        | mask::SQ_PSN
+        | mask::RETRY_CNT
+        | mask::RNR_RETRY
+        | mask::MAX_QP_RD_ATOMIC
+        | mask::TIMEOUT;
+    assert_eq!(rts.mask, want);
+    assert_eq!(rts.sq_psn, 0x2000); // the REP's starting PSN
+    assert_eq!((rts.retry_cnt, rts.rnr_retry), (7, 5));
+    assert_eq!(rts.max_rd_atomic, 2); // the REP's responder resources
+    assert_eq!(rts.timeout, 15);
+
+    let rtr = init_qp_attr(&passive, QPS_RTR).unwrap();
+    assert_eq!(
+        (rtr.dest_qp_num, rtr.rq_psn, rtr.max_dest_rd_atomic),
+        (ACTIVE_QPN, 0x2000, 2)
+    );
+    assert_eq!(rtr.ah_attr.dlid, pair.a.ports[0].lid);
+    let rts = init_qp_attr(&passive, QPS_RTS).unwrap();
+    assert_eq!((rts.sq_psn, rts.retry_cnt, rts.rnr_retry), (0x1000, 7, 6));
+    assert_eq!(rts.max_rd_atomic, 4);
+    assert_eq!(init_qp_attr(&passive, 99), Err(EINVAL));
+    assert_eq!(init_qp_attr(&pair.listener, QPS_INIT), Err(EINVAL));
+    pair.finish(&[&passive]);
+}

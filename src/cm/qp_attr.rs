@@ -1,0 +1,150 @@
+//! `ib_cm_init_qp_attr()`: the QP attributes (and mask) that move a QP to
+//! INIT, RTR or RTS for this connection, as the kernel computes them
+//! (`cm_init_qp_init_attr`, `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`).
+
+use std::sync::Arc;
+
+use super::id::CmIdPriv;
+use crate::abi::ib_cm_lap_state::IB_CM_LAP_UNINIT;
+use crate::abi::ib_cm_state::*;
+use crate::abi::ib_qp_type::{IB_QPT_RC, IB_QPT_XRC_INI, IB_QPT_XRC_TGT};
+use crate::errno::{CmResult, EINVAL};
+
+/// `IBV_QPS_*` (= the kernel's `IB_QPS_*`).
+pub const QPS_INIT: i32 = 1;
+pub const QPS_RTR: i32 = 2;
+pub const QPS_RTS: i32 = 3;
+
+/// `IBV_QP_*` attribute mask bits (= the kernel's `IB_QP_*`).
+pub mod mask {
+    pub const STATE: u32 = 1 << 0;
+    pub const ACCESS_FLAGS: u32 = 1 << 3;
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    pub const PORT: u32 = 1 << 5;
+    pub const AV: u32 = 1 << 7;
+    pub const PATH_MTU: u32 = 1 << 8;
+    pub const TIMEOUT: u32 = 1 << 9;
+    pub const RETRY_CNT: u32 = 1 << 10;
+    pub const RNR_RETRY: u32 = 1 << 11;
+    pub const RQ_PSN: u32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    pub const MIN_RNR_TIMER: u32 = 1 << 15;
+    pub const SQ_PSN: u32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+    pub const DEST_QPN: u32 = 1 << 20;
+}
+
+/// `IBV_ACCESS_*` remote access flags.
+pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
+pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+
+/// The address part (`struct ibv_ah_attr`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AhAttr {
+    pub dlid: u16,
+    pub sl: u8,
+    pub static_rate: u8,
+    pub is_global: bool,
+    pub port_num: u8,
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// What `ib_cm_init_qp_attr` writes: only the fields in `mask` are meant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    pub mask: u32,
+    pub qp_state: i32,
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub ah_attr: AhAttr,
+    pub path_mtu: u8,
+    pub dest_qp_num: u32,
+    pub rq_psn: u32,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub sq_psn: u32,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub max_rd_atomic: u8,
+    pub timeout: u8,
+}
+
+/// `ib_cm_init_qp_attr()` for the requested `qp_state`.
+pub fn init_qp_attr(id: &Arc<CmIdPriv>, qp_state: i32) -> CmResult<QpAttr> {
+    let l = id.lock();
+    let state = l.state();
+    let i = &l.inner;
+    let mut a = QpAttr {
+        qp_state,
+        ..QpAttr::default()
+    };
+    let set_up = matches!(
+        state,
+        IB_CM_REQ_RCVD
+            | IB_CM_MRA_REQ_SENT
+            | IB_CM_REP_RCVD
+            | IB_CM_MRA_REP_SENT
+            | IB_CM_REP_SENT
+            | IB_CM_MRA_REP_RCVD
+            | IB_CM_ESTABLISHED
+    );
+    match qp_state {
+        QPS_INIT if set_up || matches!(state, IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD) => {
+            a.mask = mask::STATE | mask::ACCESS_FLAGS | mask::PKEY_INDEX | mask::PORT;
+            a.qp_access_flags = ACCESS_REMOTE_WRITE;
+            if i.responder_resources != 0 {
+                a.qp_access_flags |= ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+            }
+            a.pkey_index = i.av.addr.pkey_index;
+            a.port_num = i.av.port_num;
+        }
+        QPS_RTR if set_up => {
+            a.mask = mask::STATE | mask::AV | mask::PATH_MTU | mask::DEST_QPN | mask::RQ_PSN;
+            let addr = &i.av.addr;
+            a.ah_attr = AhAttr {
+                dlid: addr.dlid,
+                sl: addr.sl,
+                static_rate: i.av.rate,
+                is_global: addr.grh,
+                port_num: i.av.port_num,
+                dgid: addr.dgid,
+                flow_label: addr.flow_label,
+                sgid_index: addr.sgid_index,
+                hop_limit: addr.hop_limit,
+                traffic_class: addr.traffic_class,
+            };
+            a.path_mtu = i.path_mtu;
+            a.dest_qp_num = i.remote_qpn;
+            a.rq_psn = i.rq_psn;
+            if i.qp_type == IB_QPT_RC as i32 || i.qp_type == IB_QPT_XRC_TGT as i32 {
+                a.mask |= mask::MAX_DEST_RD_ATOMIC | mask::MIN_RNR_TIMER;
+                a.max_dest_rd_atomic = i.responder_resources;
+                a.min_rnr_timer = 0;
+            }
+        }
+        // Alternate paths (lap_state other than UNINIT) are not supported.
+        QPS_RTS if set_up && l.lap_state() == IB_CM_LAP_UNINIT as i32 => {
+            a.mask = mask::STATE | mask::SQ_PSN;
+            a.sq_psn = i.sq_psn;
+            let rc_or_ini = i.qp_type == IB_QPT_RC as i32 || i.qp_type == IB_QPT_XRC_INI as i32;
+            if rc_or_ini {
+                a.mask |= mask::RETRY_CNT | mask::RNR_RETRY | mask::MAX_QP_RD_ATOMIC;
+                a.retry_cnt = i.retry_count;
+                a.rnr_retry = i.rnr_retry_count;
+                a.max_rd_atomic = i.initiator_depth;
+            }
+            if rc_or_ini || i.qp_type == IB_QPT_XRC_TGT as i32 {
+                a.mask |= mask::TIMEOUT;
+                a.timeout = i.av.timeout;
+            }
+        }
+        _ => return Err(EINVAL),
+    }
+    Ok(a)
+}
