@@ -699,6 +699,16 @@ extern "C" {
 struct ib_cm_id *ib_create_cm_id(struct ib_device *device, ib_cm_handler cm_handler, void *context);
 
 /*
+ Returns the listener for `service_id` (`__be64`) on `device` that uses
+ `cm_handler`, sharing it (each caller destroys it once), or creates one
+ with a NULL context. `ERR_PTR(-EINVAL)` when another handler listens on
+ that service ID, or for a device that is not open.
+ */
+struct ib_cm_id *ib_cm_insert_listen(struct ib_device *device,
+                                     ib_cm_handler cm_handler,
+                                     uint64_t service_id);
+
+/*
  Destroys a cm_id (see the README for what is sent in each state). Waits
  for a running handler of the id unless called from inside it. A pointer
  that is not a live cm_id (NULL, already destroyed) is ignored; note that a

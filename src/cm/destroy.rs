@@ -23,6 +23,15 @@ use crate::abi::ib_qp_type::IB_QPT_XRC_TGT;
 /// Waits for a running handler of this id, unless called from inside it: then
 /// the handler finishes after the id is gone and no further event is delivered.
 pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
+    {
+        // A listener shared through ib_cm_insert_listen lives until its
+        // last user destroys it.
+        let mut l = id.lock();
+        if l.state() == IB_CM_LISTEN && l.inner.listen_sharecount > 1 {
+            l.inner.listen_sharecount -= 1;
+            return;
+        }
+    }
     // No handler of this id starts after this; wait for one that runs.
     {
         let _running = (!in_handler_of(id.addr())).then(|| id.callback.lock());

@@ -1,9 +1,12 @@
 //! `ib_cm_listen()`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use super::id::CmIdPriv;
+use super::device::Device;
+use super::id::{CmIdPriv, Handler};
 use super::tables::tables;
+use super::{forget_unfinalized, new_id};
 use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN};
 use crate::errno::{CmResult, EBUSY, EINVAL};
 
@@ -42,4 +45,50 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
     l.inner.listen_sharecount = 1;
     l.set_state(IB_CM_LISTEN);
     Ok(())
+}
+
+/// `ib_cm_insert_listen()`: the listener for `service_id` on `device` whose
+/// handler is `handler_key` (shared, counted: each caller destroys it once),
+/// or a new one. `-EINVAL` when another handler listens there already.
+///
+/// Like the kernel's, such a listener is not findable by comm ID: it never
+/// receives a MAD addressed to it.
+pub fn insert_listen(
+    device: &Arc<Device>,
+    handler: Handler,
+    handler_key: usize,
+    service_id: u64,
+) -> CmResult<Arc<CmIdPriv>> {
+    let key = (Arc::as_ptr(device) as usize, service_id);
+    loop {
+        let existing = tables().listen.get(&key).cloned();
+        if let Some(cur) = existing {
+            let mut l = cur.lock();
+            if l.state() != IB_CM_LISTEN || cur.is_destroyed() || l.inner.service_id != service_id {
+                continue; // it is going away: look again
+            }
+            if cur.public.cm_handler.load(Ordering::Relaxed) != handler_key {
+                return Err(EINVAL);
+            }
+            l.inner.listen_sharecount += 1;
+            return Ok(cur.clone());
+        }
+        let id = new_id(device.clone(), handler.clone());
+        id.public.cm_handler.store(handler_key, Ordering::Release);
+        let mut l = id.lock();
+        let mut t = tables();
+        if t.listen.contains_key(&key) {
+            drop((t, l));
+            forget_unfinalized(&id);
+            continue;
+        }
+        t.listen.insert(key, id.clone());
+        t.by_addr.insert(id.addr(), id.clone());
+        drop(t);
+        l.set_service_id(service_id);
+        l.inner.listen_sharecount = 1;
+        l.set_state(IB_CM_LISTEN);
+        drop(l);
+        return Ok(id);
+    }
 }

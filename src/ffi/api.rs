@@ -37,6 +37,29 @@ pub extern "C" fn ib_create_cm_id(
     })
 }
 
+/// Returns the listener for `service_id` (`__be64`) on `device` that uses
+/// `cm_handler`, sharing it (each caller destroys it once), or creates one
+/// with a NULL context. `ERR_PTR(-EINVAL)` when another handler listens on
+/// that service ID, or for a device that is not open.
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_cm_insert_listen(
+    device: *mut ib_device,
+    cm_handler: ib_cm_handler,
+    service_id: u64,
+) -> *mut ib_cm_id {
+    guard(err_ptr(EIO), || {
+        let Some(device) = cm::lookup_device(device as usize) else {
+            return err_ptr(EINVAL);
+        };
+        let handler: Handler = Arc::new(event::call_c_handler);
+        let key = cm_handler.map_or(0, |f| f as usize);
+        match cm::insert_listen(&device, handler, key, u64::from_be(service_id)) {
+            Ok(id) => id.addr() as *mut ib_cm_id,
+            Err(e) => err_ptr(e),
+        }
+    })
+}
+
 /// Destroys a cm_id (see the README for what is sent in each state). Waits
 /// for a running handler of the id unless called from inside it. A pointer
 /// that is not a live cm_id (NULL, already destroyed) is ignored; note that a

@@ -357,3 +357,35 @@ fn ib_cm_init_qp_attr_gives_init_rtr_rts_as_the_kernel() {
     assert_eq!(init_qp_attr(&pair.listener, QPS_INIT), Err(EINVAL));
     pair.finish(&[&passive]);
 }
+
+#[test]
+fn ib_cm_insert_listen_shares_one_listener_per_handler_and_counts_its_users() {
+    use crate::cm::insert_listen;
+    let pair = Pair::new();
+    const SHARED: u64 = 0x5ea1;
+    let h = pair.rec.handler();
+    let first = insert_listen(&pair.b, h.clone(), 0x1111, SHARED).unwrap();
+    let second = insert_listen(&pair.b, h.clone(), 0x1111, SHARED).unwrap();
+    assert_eq!(first.addr(), second.addr());
+    assert_eq!(first.lock().inner.listen_sharecount, 2);
+    assert_eq!(
+        insert_listen(&pair.b, h.clone(), 0x2222, SHARED).err(),
+        Some(EINVAL)
+    );
+    // ib_cm_listen cannot take a service a shared listener holds.
+    let other = super::super::create_id(&pair.b, pair.rec.handler());
+    assert_eq!(listen(&other, SHARED), Err(EBUSY));
+    // One user leaves: still listening, and REQs still reach it.
+    super::super::destroy_id(&first, 0);
+    assert_eq!(second.state(), IB_CM_LISTEN);
+    let mut p = pair.req_params();
+    p.service_id = SHARED;
+    send_req(&pair.active, &p).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    // The last user leaves: gone.
+    super::super::destroy_id(&second, 0);
+    assert!(second.is_destroyed());
+    listen(&other, SHARED).unwrap();
+    pair.finish(&[&passive, &other]);
+}
