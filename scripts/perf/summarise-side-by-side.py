@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Summarises the raw outputs of side-by-side.sh: summarise-side-by-side.py DIR N ROUNDS."""
+import json
+import re
+import statistics
+import sys
+
+out, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+PHASES = ["create id", "connect", "disconnect", "destroy"]
+med = statistics.median
+
+
+def sections(path):
+    """`=== name` sections of a VM's stdout."""
+    secs, cur = {}, None
+    for line in open(path):
+        if line.startswith("=== "):
+            cur = line[4:].strip()
+            secs[cur] = ""
+        elif cur:
+            secs[cur] += line
+    return secs
+
+
+def cmtime_table(text):
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^(.{13}):\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", line)
+        if m:
+            rows[m.group(1).strip()] = {"total_ms": float(m.group(2)),
+                                        "max_us": float(m.group(3)) * 1000,
+                                        "min_us": float(m.group(4))}
+    return rows
+
+
+def client_json(text):
+    dec, i = json.JSONDecoder(), 0
+    while (i := text.find("{", i)) >= 0:
+        obj, i = dec.raw_decode(text, i)
+        if obj.get("mode") == "client":
+            if obj["status"] != "ok":
+                sys.exit(f"client status {obj['status']}")
+            return {p["phase"]: p for p in obj["phases"]}
+    sys.exit("no client JSON")
+
+
+def cpu(text):
+    m = re.search(r"cpu:([\d.]+):([\d.]+):(\d+):(\d+)", text)
+    return {"user_s": float(m.group(1)), "sys_s": float(m.group(2)),
+            "voluntary_cs": int(m.group(3)), "involuntary_cs": int(m.group(4))}
+
+
+runs = {"cmtime": [], "noqp": [], "ibcm": []}
+cpus = {"cmtime": [], "noqp": [], "ibcm": []}
+for r in range(1, rounds + 1):
+    k = sections(f"{out}/kernel-{r}.txt")
+    o = sections(f"{out}/ibcm-{r}.txt")
+    runs["cmtime"].append(cmtime_table(k["cmtime.txt"]))
+    runs["noqp"].append(client_json(k["noqp.json"]))
+    runs["ibcm"].append(client_json(o["ibcm.json"]))
+    cpus["cmtime"].append(cpu(k["cmtime.cpu"]))
+    cpus["noqp"].append(cpu(k["noqp.cpu"]))
+    cpus["ibcm"].append(cpu(o["ibcm.cpu"]))
+
+
+def total(tool, ph):
+    return [r[ph]["total_ms"] for r in runs[tool] if ph in r]
+
+
+L, summary = [], {"connections": n, "rounds": rounds, "phases": {}, "client_cpu": {}}
+L.append(f"{n} connections per run, {rounds} runs of each, medians of the per-run phase totals "
+         "(conn/s = connections / total). QEMU TCG, 1 vCPU, rxe0 <-> rxe1 on a veth pair.")
+L.append("")
+L.append("| phase | kernel: cmtime v44 (QPs) | kernel: rdma_cm, no QPs | ibcm-cmtime | ratio ours / cmtime | ratio ours / no-QP rdma_cm |")
+L.append("|---|---:|---:|---:|---:|---:|")
+for ph in PHASES:
+    k, q, o = med(total("cmtime", ph)), med(total("noqp", ph)), med(total("ibcm", ph))
+    rate = lambda ms: n / (ms / 1000)
+    summary["phases"][ph] = {t: {"total_ms": total(t, ph), "median_ms": med(total(t, ph)),
+                                 "conn_per_sec": rate(med(total(t, ph)))}
+                             for t in runs}
+    summary["phases"][ph]["ratio_vs_cmtime"] = rate(o) / rate(k)
+    summary["phases"][ph]["ratio_vs_noqp"] = rate(o) / rate(q)
+    L.append(f"| {ph} | {k:.1f} ms = {rate(k):,.0f}/s | {q:.1f} ms = {rate(q):,.0f}/s | "
+             f"{o:.1f} ms = {rate(o):,.0f}/s | {rate(o) / rate(k):.2f}x | {rate(o) / rate(q):.2f}x |")
+L.append("")
+L.append("Kernel-only steps (ibcm-cmtime has none of them), medians:")
+for ph in ["bind addr", "resolve addr", "resolve route", "create qp"]:
+    for t in ("cmtime", "noqp"):
+        v = total(t, ph)
+        if v:
+            L.append(f"  {t:7s} {ph:14s} {med(v):9.1f} ms")
+L.append("")
+L.append("Client process CPU for the whole run (/usr/bin/time), medians:")
+for t in runs:
+    c = cpus[t]
+    u, s = med(x["user_s"] for x in c), med(x["sys_s"] for x in c)
+    vcs, ics = med(x["voluntary_cs"] for x in c), med(x["involuntary_cs"] for x in c)
+    summary["client_cpu"][t] = {"user_s": u, "sys_s": s, "voluntary_cs": vcs, "involuntary_cs": ics}
+    L.append(f"  {t:7s} user {u:5.2f} s  sys {s:5.2f} s  = {(u + s) / n * 1e6:6.0f} us CPU per connection; "
+             f"context switches {vcs:.0f} voluntary, {ics:.0f} involuntary")
+L.append("")
+L.append("Per-run totals (ms):")
+for ph in PHASES:
+    L.append(f"  {ph:11s} " + " | ".join(f"{t} " + " ".join(f"{v:.0f}" for v in total(t, ph)) for t in runs))
+text = "\n".join(L)
+print(text)
+open(f"{out}/summary.md", "w").write(text + "\n")
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
