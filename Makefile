@@ -17,7 +17,7 @@ RELEASE  := target/release
 CONNECTIONS ?= 10000
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce miri clean help
+        rust-check c-check c-asan c-valgrind symbols-check softroce miri tsan clean help
 
 all: lib
 
@@ -100,6 +100,15 @@ miri:
 	  cargo +nightly miri test --lib -- wire:: timer:: cm::path:: transport::loopback:: pcap::; \
 	else echo "miri: no nightly toolchain with miri here, skipped"; fi
 
+# ThreadSanitizer on the engine's tests (threads, locks, the worker): needs
+# nightly with rust-src to rebuild std instrumented; skipped without it.
+tsan:
+	@if rustup +nightly component add rust-src >/dev/null 2>&1; then \
+	  RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" TSAN_OPTIONS=halt_on_error=1 \
+	  cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
+	    --target-dir target/tsan --lib -- cm::tests; \
+	else echo "tsan: no nightly toolchain with rust-src here, skipped"; fi
+
 rust-check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -111,6 +120,7 @@ run: deps c-build
 check: deps
 	$(MAKE) rust-check
 	$(MAKE) miri
+	$(MAKE) tsan
 	$(MAKE) header-check
 	$(MAKE) symbols-check
 	$(MAKE) c-check
