@@ -17,7 +17,7 @@ RELEASE  := target/release
 CONNECTIONS ?= 10000
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce miri tsan clean help
+        rust-check c-check c-asan c-valgrind symbols-check softroce miri tsan fuzz clean help
 
 all: lib
 
@@ -109,6 +109,14 @@ tsan:
 	    --target-dir target/tsan --lib -- cm::tests; \
 	else echo "tsan: no nightly toolchain with rust-src here, skipped"; fi
 
+# A short run of the cargo-fuzz targets (MAD decoding; the receive path with
+# connections in every state): FUZZ_SECONDS each, failing on any finding.
+FUZZ_SECONDS ?= 30
+fuzz:
+	@if cargo +nightly --version >/dev/null 2>&1 || [ -n "$${RUSTC_BOOTSTRAP:-}" ]; then \
+	  bash fuzz/run.sh $(FUZZ_SECONDS); \
+	else echo "fuzz: no nightly toolchain here, skipped"; fi
+
 rust-check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -121,6 +129,7 @@ check: deps
 	$(MAKE) rust-check
 	$(MAKE) miri
 	$(MAKE) tsan
+	$(MAKE) fuzz
 	$(MAKE) header-check
 	$(MAKE) symbols-check
 	$(MAKE) c-check
