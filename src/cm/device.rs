@@ -255,22 +255,9 @@ impl Device {
             EOPNOTSUPP
         })?;
         Ok(Path {
-            dgid: *dgid,
-            sgid: port.gids[0].gid,
             dlid: dest.lid,
             slid: port.lid,
-            service_id: 0,
-            flow_label: 0,
-            hop_limit: 0,
-            traffic_class: 0,
-            reversible: 1,
-            numb_path: 1,
-            pkey: port.pkey,
-            sl: 0,
-            mtu: port.mtu,
-            rate: IB_RATE_10_GBPS,
-            packet_life_time: 0,
-            rec_type: REC_TYPE_IB,
+            ..port_path(port, port.gids[0].gid, *dgid)
         })
     }
 }
@@ -299,27 +286,31 @@ fn roce_path(port: &Port, dgid: &[u8; 16]) -> CmResult<Path> {
         .or_else(|| port.gids.iter().find(same_kind))
         .ok_or(EHOSTUNREACH)?;
     Ok(Path {
-        dgid: *dgid,
-        sgid: sgid.gid,
-        dlid: 0,
-        slid: 0,
-        service_id: 0,
-        flow_label: 0,
         hop_limit: ROCE_HOP_LIMIT,
-        traffic_class: 0,
-        reversible: 1,
-        numb_path: 1,
-        pkey: port.pkey,
-        sl: 0,
-        mtu: port.mtu,
-        rate: IB_RATE_10_GBPS,
         packet_life_time: ROCE_PACKET_LIFETIME,
         rec_type: if sgid.gid_type == GidType::RoceV2 {
             REC_TYPE_ROCE_V2
         } else {
             REC_TYPE_ROCE_V1
         },
+        ..port_path(port, sgid.gid, *dgid)
     })
+}
+
+/// What every path from `port` has: one reversible path in the port's
+/// partition at its MTU, SL 0, 10 Gb/s; an IB record with no LIDs yet.
+fn port_path(port: &Port, sgid: [u8; 16], dgid: [u8; 16]) -> Path {
+    Path {
+        dgid,
+        sgid,
+        reversible: 1,
+        numb_path: 1,
+        pkey: port.pkey,
+        mtu: port.mtu,
+        rate: IB_RATE_10_GBPS,
+        rec_type: REC_TYPE_IB,
+        ..Path::default()
+    }
 }
 
 /// Stands in for a transport that failed to open (the device is never handed out).
