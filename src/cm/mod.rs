@@ -105,6 +105,11 @@ pub fn lookup_id(addr: usize) -> Option<Arc<CmIdPriv>> {
 
 /// `ibcm_open_device()`.
 pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
+    // A device is open at most once per process (a second CM agent on a port
+    // would be refused by the kernel anyway).
+    if tables().devices.values().any(|d| d.name == name) {
+        return Err(EBUSY);
+    }
     let device = Device::open(name)?;
     tables()
         .devices

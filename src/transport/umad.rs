@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::sysfs::SysDevice;
 use super::{MadAddr, MadTransport, RecvFn};
-use crate::errno::{CmResult, EADDRINUSE, EINVAL, ELIBACC, Errno};
+use crate::errno::{CmResult, EADDRINUSE, EBUSY, EINVAL, ELIBACC, Errno};
 use crate::ibcm_log;
 use crate::wire::{MAD_SIZE, Mad};
 
@@ -207,6 +207,17 @@ impl UmadTransport {
                         port.port_num
                     );
                     return Err(EADDRINUSE);
+                }
+                if rc.abs() == libc::EINVAL {
+                    // The kernel refuses a second agent for method Send: another
+                    // process runs a CM on this port.
+                    ibcm_log!(
+                        Error,
+                        "another process already receives CM MADs on {} port {}",
+                        dev.name,
+                        port.port_num
+                    );
+                    return Err(EBUSY);
                 }
                 return Err(Errno(rc.abs()));
             }
