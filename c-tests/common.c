@@ -559,3 +559,21 @@ void disconnect_pair(struct conn *c) {
   CHECK_STATE(c->a, IB_CM_IDLE);
   CHECK_STATE(c->b, IB_CM_IDLE);
 }
+
+void expect_pd_call_einval(const char *file, int line, const char *name, pd_call_fn call,
+                           size_t pd_len, struct ib_cm_id *id, enum ib_cm_state state) {
+  uint8_t pd[IB_CM_DREP_PRIVATE_DATA_SIZE];
+  CHECK(pd_len <= sizeof(pd));
+  fill_pattern(pd, pd_len, 1);
+  if (id->state != state)
+    test_fail(file, line, "state is %s, expected %s", state_name(id->state),
+              state_name(state));
+  int rc1 = call(id, NULL, 0);
+  int rc2 = call(id, pd, (uint8_t)pd_len);
+  if (rc1 != -EINVAL || rc2 != -EINVAL)
+    test_fail(file, line, "%s in %s: %d / %d, expected -EINVAL", name, state_name(state), rc1,
+              rc2);
+  if (id->state != state)
+    test_fail(file, line, "%s in %s moved the id to %s", name, state_name(state),
+              state_name(id->state));
+}

@@ -216,6 +216,16 @@ void connect_pair(struct ib_cm_id *listener, struct ib_cm_id *a,
  * both ids IDLE. */
 void disconnect_pair(struct conn *c);
 
+/* ---- refused calls -------------------------------------------------------- */
+
+/* A call that takes only private data (ib_send_cm_dreq, ib_send_cm_drep). */
+typedef int (*pd_call_fn)(struct ib_cm_id *, const void *, uint8_t);
+
+/* `call` on `id`, which must be in `state`, fails with -EINVAL both without
+ * and with `pd_len` bytes of private data, and leaves the state alone. */
+void expect_pd_call_einval(const char *file, int line, const char *name, pd_call_fn call,
+                           size_t pd_len, struct ib_cm_id *id, enum ib_cm_state state);
+
 /* ---- small things --------------------------------------------------------- */
 
 void fill_pattern(void *buf, size_t n, unsigned seed);

@@ -8,22 +8,8 @@
 #include "common.h"
 
 /* ib_send_cm_dreq on `id` in `state` fails with -EINVAL and changes nothing. */
-static void expect_einval(struct ib_cm_id *id, enum ib_cm_state state, int line) {
-  uint8_t pd[IB_CM_DREQ_PRIVATE_DATA_SIZE];
-  fill_pattern(pd, sizeof(pd), 1);
-  if (id->state != state)
-    test_fail(__FILE__, line, "state is %s, expected %s", state_name(id->state),
-              state_name(state));
-  int rc1 = ib_send_cm_dreq(id, NULL, 0);
-  int rc2 = ib_send_cm_dreq(id, pd, sizeof(pd));
-  if (rc1 != -EINVAL || rc2 != -EINVAL)
-    test_fail(__FILE__, line, "ib_send_cm_dreq in %s: %d / %d, expected -EINVAL",
-              state_name(state), rc1, rc2);
-  if (id->state != state)
-    test_fail(__FILE__, line, "ib_send_cm_dreq in %s moved the id to %s",
-              state_name(state), state_name(id->state));
-}
-#define EXPECT_EINVAL(id, state) expect_einval((id), (state), __LINE__)
+#define EXPECT_EINVAL(id, state) \
+  expect_pd_call_einval(__FILE__, __LINE__, "ib_send_cm_dreq", ib_send_cm_dreq, IB_CM_DREQ_PRIVATE_DATA_SIZE, (id), (state))
 
 int main(void) {
   test_init();
