@@ -6,6 +6,8 @@
 #                 and the SoftRoCE suite in a QEMU VM (IBCM_SKIP_SOFTROCE=1 skips it)
 #   make softroce the C suite on rxe0/rxe1 inside one VM, and the kernel-CM
 #                 coexistence check in a second VM
+#   make interop  the interoperability suite: libib_cm in one VM, the kernel CM
+#                 driven by rdma-core's tools in another
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -17,7 +19,7 @@ RELEASE  := target/release
 CONNECTIONS ?= 10000
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce miri tsan fuzz clean help
+        rust-check c-check c-asan c-valgrind symbols-check softroce interop miri tsan fuzz clean help
 
 all: lib
 
@@ -67,7 +69,7 @@ symbols-check: stage
 define c_suite
 	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig cmake -S c-tests -B $(1) -DCMAKE_BUILD_TYPE=Debug $(2) >/dev/null
 	cmake --build $(1) -j2 >/dev/null
-	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE softroce
+	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE "softroce|interop"
 endef
 
 c-build: stage
@@ -90,6 +92,10 @@ softroce: c-build
 	softroce/setup.sh
 	softroce/run-in-vm.sh -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce"
 	softroce/run-in-vm.sh --ibcm -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce -R kernel_cm"
+
+# The two-VM interoperability suite (README: Interoperability with the kernel CM).
+interop: c-build
+	interop/run.sh
 
 # Miri on the unit tests that touch no OS (codec, timers, paths, fabric naming):
 # undefined behaviour in safe code's unsafe dependencies shows up here. Needs
@@ -135,8 +141,8 @@ check: deps
 	$(MAKE) c-check
 	$(MAKE) c-asan
 	$(MAKE) c-valgrind
-	@if [ "$${IBCM_SKIP_SOFTROCE:-0}" = 1 ]; then echo "softroce: skipped (IBCM_SKIP_SOFTROCE=1)"; \
-	else $(MAKE) softroce; fi
+	@if [ "$${IBCM_SKIP_SOFTROCE:-0}" = 1 ]; then echo "softroce, interop: skipped (IBCM_SKIP_SOFTROCE=1)"; \
+	else $(MAKE) softroce && $(MAKE) interop; fi
 
 clean:
 	$(CARGO) clean

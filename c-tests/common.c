@@ -430,19 +430,24 @@ static struct ib_device *open_device(const char *name) {
   return dev;
 }
 
-void test_init(void) {
+void test_init_one(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   log_init();
   dev_a = open_device(dev_a_name());
-  dev_b = open_device(dev_b_name());
   CHECK_EQ(ibcm_query_gid(dev_a, 1, 0, &gid_a), 0);
+}
+
+void test_init(void) {
+  test_init_one();
+  dev_b = open_device(dev_b_name());
   CHECK_EQ(ibcm_query_gid(dev_b, 1, 0, &gid_b), 0);
   CHECK_EQ(ibcm_init_path(dev_a, 1, &gid_b, &path_ab), 0);
 }
 
 void test_finish(void) {
   CHECK_EQ(ibcm_close_device(dev_a), 0);
-  CHECK_EQ(ibcm_close_device(dev_b), 0);
+  if (dev_b)
+    CHECK_EQ(ibcm_close_device(dev_b), 0);
   dev_a = dev_b = NULL;
   log_free();
   if (log_.cv_ready)

@@ -74,7 +74,9 @@ void require_loop(void);
 
 /* Opens both devices, reads their GIDs, builds path_ab. */
 void test_init(void);
-/* Closes both devices (each must return 0: no id left) and frees the log. */
+/* Opens device A only (a peer elsewhere: the two-VM interop suite). */
+void test_init_one(void);
+/* Closes the open devices (each must return 0: no id left), frees the log. */
 void test_finish(void);
 
 /* ---- the event log ------------------------------------------------------- */

@@ -9,7 +9,7 @@ SRT_DIR=${SRT_DIR:-$HERE/../build/softroce}
 mkdir -p "$SRT_DIR"
 SRT_DIR=$(cd "$SRT_DIR" && pwd)
 
-PKGS="qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-providers
+PKGS="qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-providers rdmacm-utils
       libibumad3 tshark tcpdump"
 missing=()
 for p in $PKGS; do

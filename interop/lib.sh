@@ -1,0 +1,91 @@
+# Sourced by every scenario of the two-VM interoperability suite (VM A side).
+# $1 of the scenario: the ibcm-interop program. Exits 77 (skipped) outside the
+# two-VM harness (interop/run.sh). A scenario whose program runs hooks
+# ($IBCM_HOOK_<NAME>) points them back at itself: `bash SCENARIO PROGRAM hook
+# NAME` runs the function hook_<name> of the scenario, without a new capture.
+set -uo pipefail
+if [ "${SRT_ROLE:-}" != a ] || [ -z "${SRT_PEER_IP:-}" ]; then
+  echo "interop: runs only in VM A of interop/run.sh, skipped"
+  exit 77
+fi
+IBCM_INTEROP=$1
+INTEROP_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SCENARIO=$(basename "$0" .sh)
+OUT=${SRT_JOB:-/tmp}/interop
+mkdir -p "$OUT"
+export IBCM_DEV_A=rxe0
+NIC=$(ls /sys/class/net | grep -vE '^(lo|veth.*)$' | head -1)
+START_NS=$(date +%s%N)
+
+bctl() { python3 "$INTEROP_DIR/bctl.py" "$@"; }
+fail() { echo "FAIL $SCENARIO: $*"; exit 1; }
+step() { printf '%s +%d ms: %s\n' "$SCENARIO" $((($(date +%s%N) - START_NS) / 1000000)) "$*"; }
+
+# The kernel's CM counters of B's rxe0 port 1 (sysfs), e.g. kcounter cm_rx_msgs dreq.
+kcounter() { bctl run "cat /sys/class/infiniband/rxe0/ports/1/$1/$2" | sed -n 's/^B| //p'; }
+
+# Waits until B has a listening rdma_cm id on TCP/UDP port $1.
+b_wait_listen() {
+  bctl run "for _ in \$(seq 1 200); do rdma res show cm_id | grep LISTEN | grep -q ':$1 ' && exit 0; sleep 0.05; done; rdma res show cm_id; exit 1" \
+    || fail "no kernel listener on port $1 in B"
+}
+
+# Drops the CM MADs (RoCE v2 packets to QP 1) that leave $where's NIC, and only
+# those: data keeps flowing. u32 offsets count from the IP header: UDP
+# destination port at 22, BTH destination QP in the low 24 bits at 32.
+QP1_DROP="modprobe -a sch_prio cls_u32 act_gact && tc qdisc add dev \$NIC root handle 1: prio && \
+tc filter add dev \$NIC parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff \
+match ip dport 4791 0xffff match u32 0x00000001 0x00ffffff at 32 action drop"
+QP1_PASS="tc qdisc del dev \$NIC root"
+FIND_NIC="NIC=\$(ls /sys/class/net | grep -vE '^(lo|veth.*)\$' | head -1)"
+
+# `hook NAME`: the command line that runs this scenario's hook_NAME.
+hook() { printf 'bash %q %q hook %q' "$0" "$IBCM_INTEROP" "$1"; }
+# In hook mode: run the hook (defined by the scenario before calling this).
+dispatch_hook() {
+  if [ "${2:-}" = hook ]; then "hook_$3"; exit $?; fi
+}
+
+# A scenario starts from a clean slate: no tool left running in B (a failed
+# scenario may leave one), no tc filter in either VM. Then tcpdump on A's NIC
+# for the whole scenario: every RoCE v2 packet (UDP 4791).
+PCAP=$OUT/$SCENARIO.pcap
+scenario_start() {
+  bctl run "pkill -9 -x 'rping|rdma_server|rdma_client|ucmatose|udaddy'; $FIND_NIC; tc qdisc del dev \$NIC root 2>/dev/null; true" > /dev/null
+  tc qdisc del dev "$NIC" root 2> /dev/null
+  tcpdump -i "$NIC" -n -U -s 0 -w "$PCAP" udp port 4791 2> "$OUT/$SCENARIO.tcpdump.log" &
+  TCPDUMP=$!
+  trap 'kill $TCPDUMP 2>/dev/null' EXIT
+  for _ in $(seq 1 100); do grep -q listening "$OUT/$SCENARIO.tcpdump.log" 2>/dev/null && break; sleep 0.05; done
+}
+
+# Ends the capture and checks it: tshark dissects each CM MAD, reports no
+# malformed packet, and every attribute named in $@ (REQ, REP, ...) is there.
+# Prints the CM MADs as tshark sees them.
+check_capture() {
+  sleep 0.3
+  kill -INT $TCPDUMP 2>/dev/null
+  wait $TCPDUMP 2>/dev/null
+  local mads names
+  mads=$(tshark -r "$PCAP" -Y 'infiniband.mad.mgmtclass == 0x07' -T fields -E separator=' ' \
+    -e frame.time_relative -e ip.src -e ip.dst -e infiniband.mad.attributeid \
+    -e infiniband.mad.transactionid 2>/dev/null) || fail "tshark cannot read $PCAP"
+  names=$(echo "$mads" | awk '
+    BEGIN { n["0x0010"]="REQ"; n["0x0011"]="MRA"; n["0x0012"]="REJ"; n["0x0013"]="REP"; n["0x0014"]="RTU";
+            n["0x0015"]="DREQ"; n["0x0016"]="DREP"; n["0x0017"]="SIDR_REQ"; n["0x0018"]="SIDR_REP";
+            n["0x0019"]="LAP"; n["0x001a"]="APR" }
+    NF { a = n[$4] ? n[$4] : $4; printf "  %8.3f s  %-10s -> %-10s %-8s tid %s\n", $1, $2, $3, a, $5 }')
+  echo "$SCENARIO: CM MADs on the wire (tcpdump in A, tshark):"
+  echo "$names"
+  if tshark -r "$PCAP" -q -z expert,warn 2>/dev/null | grep -qi malformed; then
+    tshark -r "$PCAP" -q -z expert,warn
+    fail "tshark reports a malformed packet in $PCAP"
+  fi
+  local want
+  for want in "$@"; do
+    echo "$names" | awk '{print $6}' | grep -qx "$want" || fail "no $want in the capture"
+  done
+  echo "$SCENARIO: $(echo "$names" | grep -c .) CM MADs, $(tshark -r "$PCAP" 2>/dev/null | wc -l) RoCE packets, tshark: no malformed packet"
+}
+
+pass() { echo "PASS $SCENARIO in $((($(date +%s%N) - START_NS) / 1000000)) ms"; exit 0; }
