@@ -785,7 +785,10 @@ int ib_send_cm_rej(struct ib_cm_id *cm_id,
 
 /*
  Tells the CM about a QP event: `IB_EVENT_COMM_EST` establishes a passive
- connection whose RTU has not arrived (`-EISCONN` if already established).
+ connection whose RTU has not arrived (`-EISCONN` if already established);
+ `IB_EVENT_PATH_MIG` (the QP migrated to its alternate path) makes the
+ alternate path the connection's path for the CM's own MADs (`-EINVAL`
+ unless ESTABLISHED with no LAP pending). Any other event: `-EINVAL`.
  */
 int ib_cm_notify(struct ib_cm_id *cm_id, enum ib_event_type event);
 
@@ -796,9 +799,10 @@ const char *ibcm_reject_msg(int reason);
 
 /*
  Asks for more time (Linux 7.x): from REQ_RCVD (or REP_RCVD) the id moves
- to MRA_REQ_SENT (MRA_REP_SENT) and the peer's next duplicate REQ (REP) is
- answered with an MRA, service timeout 24. No MAD is sent now. `-EINVAL` in
- any other state.
+ to MRA_REQ_SENT (MRA_REP_SENT), and an ESTABLISHED id that received a LAP
+ (lap_state LAP_RCVD) to lap_state MRA_LAP_SENT; the peer's next duplicate
+ REQ (REP, LAP) is answered with an MRA, service timeout 24. No MAD is sent
+ now. `-EINVAL` in any other state.
  */
 int ib_prepare_cm_mra(struct ib_cm_id *cm_id);
 

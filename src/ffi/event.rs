@@ -73,7 +73,9 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
         None => ptr::null_mut(),
     };
 
+    // The paths an event points to live here for the call.
     let mut primary: Option<sa_path_rec> = None;
+    let mut alternate: Option<sa_path_rec> = None;
     let param = match &ev.param {
         EventParam::None => ib_cm_event_param {
             // Zeroed, unlike the kernel's uninitialised memory.
@@ -88,6 +90,10 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
         }
         EventParam::ReqRcvd(r) => {
             let path = primary.insert(path::to_c(&r.primary_path));
+            let alternate_path = match &r.alternate_path {
+                Some(alt) => alternate.insert(path::to_c(alt)) as *mut sa_path_rec,
+                None => ptr::null_mut(),
+            };
             let (unit0, unit1) = req_units(r);
             ib_cm_event_param {
                 req_rcvd: ib_cm_req_event_param {
@@ -95,7 +101,7 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
                     bth_pkey: r.bth_pkey,
                     port: r.port,
                     primary_path: path,
-                    alternate_path: ptr::null_mut(),
+                    alternate_path,
                     ppath_sgid_attr: ptr::null(),
                     remote_ca_guid: r.remote_ca_guid.to_be(),
                     remote_qkey: r.remote_qkey,

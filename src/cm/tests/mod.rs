@@ -3,6 +3,7 @@
 //! Each test opens its own pair of loop devices (unique names, so tests run in
 //! parallel in one process) and records every event its ids receive.
 
+mod alt_path;
 mod connect;
 mod counters;
 mod disconnect;
@@ -20,6 +21,7 @@ use parking_lot::{Condvar, Mutex};
 use super::device::Device;
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Handler};
+use super::path::Path;
 use super::{RepParams, ReqParams};
 use crate::abi::ib_cm_event_type::{self, *};
 use crate::abi::ib_cm_state::{self, *};
@@ -51,6 +53,8 @@ pub struct Seen {
     pub rej_reason: Option<u16>,
     pub sidr_status: Option<u8>,
     pub new_id: Option<Arc<CmIdPriv>>,
+    /// REQ_RECEIVED's alternate path.
+    pub alternate_path: Option<Path>,
 }
 
 /// How a test's handler answers an event: its return value (non-zero destroys
@@ -96,6 +100,10 @@ impl Recorder {
             },
             new_id: matches!(ev.event, IB_CM_REQ_RECEIVED | IB_CM_SIDR_REQ_RECEIVED)
                 .then(|| id.clone()),
+            alternate_path: match &ev.param {
+                EventParam::ReqRcvd(r) => r.alternate_path,
+                _ => None,
+            },
         };
         let policy = self.policies.lock().get(&ev.event).cloned();
         let ret = policy.map_or(0, |p| p(id, ev));
@@ -209,6 +217,29 @@ impl Pair {
         assert_eq!(self.active.state(), IB_CM_ESTABLISHED);
         assert_eq!(passive.state(), IB_CM_ESTABLISHED);
         passive
+    }
+
+    /// An alternate path from A to B for the REQ: on the one-port loop
+    /// fabric it is the primary path with its own SL, flow label and
+    /// lifetime, so each side can tell the two apart.
+    pub fn alt_path(&self) -> Path {
+        Path {
+            sl: 1,
+            flow_label: 0x777,
+            packet_life_time: 3,
+            ..self.req_params().primary_path
+        }
+    }
+
+    /// Sends `mad` from device `from` to the port of device `to`, as the peer
+    /// of a connection would (a LAP, an APR, …).
+    pub fn send_from(&self, from: &Device, to: &Device, mad: &Mad) {
+        let addr = MadAddr {
+            dgid: to.ports[0].gids[0].gid,
+            dlid: to.ports[0].lid,
+            ..MadAddr::default()
+        };
+        from.send(1, &addr, mad).unwrap();
     }
 
     pub fn loop_a(&self) -> &LoopTransport {
