@@ -249,26 +249,6 @@ enum ib_cm_event_type {
 };
 
 /*
- `enum ib_cm_apr_status` (APR events are delivered only on InfiniBand ports).
- */
-enum ib_cm_apr_status {
-  IB_CM_APR_SUCCESS = 0,
-  IB_CM_APR_INVALID_COMM_ID = 1,
-  IB_CM_APR_UNSUPPORTED = 2,
-  IB_CM_APR_REJECT = 3,
-  IB_CM_APR_REDIRECT = 4,
-  IB_CM_APR_IS_CURRENT = 5,
-  IB_CM_APR_INVALID_QPN_EECN = 6,
-  IB_CM_APR_INVALID_LID = 7,
-  IB_CM_APR_INVALID_GID = 8,
-  IB_CM_APR_INVALID_FLOW_LABEL = 9,
-  IB_CM_APR_INVALID_TCLASS = 10,
-  IB_CM_APR_INVALID_HOP_LIMIT = 11,
-  IB_CM_APR_INVALID_PACKET_RATE = 12,
-  IB_CM_APR_INVALID_SL = 13,
-};
-
-/*
  `enum ib_wc_status`: the kernel's numbers, equal to libibverbs' `enum ibv_wc_status`.
  Error events carry one in `param.send_status`.
  */
@@ -372,6 +352,26 @@ enum ib_cm_rej_reason {
 };
 
 /*
+ `enum ib_cm_apr_status` (APR events are delivered only on InfiniBand ports).
+ */
+enum ib_cm_apr_status {
+  IB_CM_APR_SUCCESS = 0,
+  IB_CM_APR_INVALID_COMM_ID = 1,
+  IB_CM_APR_UNSUPPORTED = 2,
+  IB_CM_APR_REJECT = 3,
+  IB_CM_APR_REDIRECT = 4,
+  IB_CM_APR_IS_CURRENT = 5,
+  IB_CM_APR_INVALID_QPN_EECN = 6,
+  IB_CM_APR_INVALID_LID = 7,
+  IB_CM_APR_INVALID_GID = 8,
+  IB_CM_APR_INVALID_FLOW_LABEL = 9,
+  IB_CM_APR_INVALID_TCLASS = 10,
+  IB_CM_APR_INVALID_HOP_LIMIT = 11,
+  IB_CM_APR_INVALID_PACKET_RATE = 12,
+  IB_CM_APR_INVALID_SL = 13,
+};
+
+/*
  `enum ib_cm_sidr_status`.
  */
 enum ib_cm_sidr_status {
@@ -469,6 +469,9 @@ struct ib_cm_lap_event_param {
  `struct ib_cm_apr_event_param`.
  */
 struct ib_cm_apr_event_param {
+  /*
+   The status as the peer sent it (any 8-bit value).
+   */
   enum ib_cm_apr_status ap_status;
   void *apr_info;
   uint8_t info_len;

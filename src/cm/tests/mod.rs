@@ -8,6 +8,7 @@ mod connect;
 mod counters;
 mod disconnect;
 mod hostile;
+mod lap;
 mod sidr;
 mod teardown;
 
@@ -53,8 +54,10 @@ pub struct Seen {
     pub rej_reason: Option<u16>,
     pub sidr_status: Option<u8>,
     pub new_id: Option<Arc<CmIdPriv>>,
-    /// REQ_RECEIVED's alternate path.
+    /// REQ_RECEIVED's or LAP_RECEIVED's alternate path.
     pub alternate_path: Option<Path>,
+    /// APR_RECEIVED's status and information bytes.
+    pub apr: Option<(u8, Vec<u8>)>,
 }
 
 /// How a test's handler answers an event: its return value (non-zero destroys
@@ -102,6 +105,14 @@ impl Recorder {
                 .then(|| id.clone()),
             alternate_path: match &ev.param {
                 EventParam::ReqRcvd(r) => r.alternate_path,
+                EventParam::LapRcvd(p) => Some(**p),
+                _ => None,
+            },
+            apr: match &ev.param {
+                EventParam::AprRcvd { ap_status, info } => ev
+                    .mad
+                    .as_ref()
+                    .map(|m| (*ap_status, m[info.clone()].to_vec())),
                 _ => None,
             },
         };
@@ -160,8 +171,16 @@ impl Pair {
     /// Opens the devices and the listener; B answers REQs with a REP and A
     /// answers REPs with an RTU, from inside the handlers.
     pub fn new() -> Self {
+        Self::open(super::open_device(&loop_name()).unwrap())
+    }
+
+    /// Like `new`, with B's port on Ethernet (RoCE) instead of InfiniBand.
+    pub fn with_roce_b() -> Self {
+        Self::open(super::open_roce_loop_device(&loop_name()).unwrap())
+    }
+
+    fn open(b: Arc<Device>) -> Self {
         let a = super::open_device(&loop_name()).unwrap();
-        let b = super::open_device(&loop_name()).unwrap();
         let rec = Arc::new(Recorder::default());
         rec.on(
             IB_CM_REQ_RECEIVED,
@@ -290,6 +309,16 @@ pub fn wait_state(id: &Arc<CmIdPriv>, state: ib_cm_state) {
             "state {:?}, want {state:?}",
             id.state()
         );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until `done()` holds (effects that have no event, such as a drop
+/// being counted).
+pub fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(1));
     }
 }
