@@ -196,13 +196,14 @@ fn cm_lap_handler_duplicate_in_mra_lap_sent_resends_mra() {
     raw.send_to(&pair.b, &lap);
     raw.wait_for(2);
 
-    assert_eq!(pair.rec.count(IB_CM_LAP_RECEIVED), 1);
-    let b_counts = snapshot(&pair.b);
-    assert_eq!(at(&b_counts.rx_duplicates, attr::LAP), 2);
     // Booked as a message plus a retry each, as the kernel's
-    // CM_DIRECT_RETRY_CTX replies.
-    assert_eq!(at(&b_counts.tx_msgs, attr::MRA), 4);
-    assert_eq!(at(&b_counts.tx_retries, attr::MRA), 2);
+    // CM_DIRECT_RETRY_CTX replies (counted just after the MAD left).
+    wait_until("both MRAs are counted", || {
+        let b = snapshot(&pair.b);
+        at(&b.tx_msgs, attr::MRA) == 4 && at(&b.tx_retries, attr::MRA) == 2
+    });
+    assert_eq!(at(&snapshot(&pair.b).rx_duplicates, attr::LAP), 2);
+    assert_eq!(pair.rec.count(IB_CM_LAP_RECEIVED), 1);
     pair.finish(&[&passive]);
 }
 
