@@ -153,6 +153,10 @@ struct cm_ev *capture_event(struct ib_cm_id *cm_id, const struct ib_cm_event *ev
     e->has_path = 1;
     e->path = *event->param.req_rcvd.primary_path;
   }
+  if (e->type == IB_CM_REQ_RECEIVED && event->param.req_rcvd.alternate_path) {
+    e->has_alt_path = 1;
+    e->alt_path = *event->param.req_rcvd.alternate_path;
+  }
   if (e->type == IB_CM_REJ_RECEIVED && event->param.rej_rcvd.ari) {
     size_t n = event->param.rej_rcvd.ari_length;
     memcpy(e->ari, event->param.rej_rcvd.ari,

@@ -96,6 +96,8 @@ struct cm_ev {
   union ib_cm_event_param param;
   int has_path;             /* REQ_RECEIVED: *param.req_rcvd.primary_path */
   struct sa_path_rec path;
+  int has_alt_path;         /* REQ_RECEIVED: *param.req_rcvd.alternate_path */
+  struct sa_path_rec alt_path;
   uint8_t ari[IB_CM_REJ_ARI_LENGTH]; /* REJ_RECEIVED: the ARI bytes */
   int pd_null;              /* event->private_data was NULL */
   size_t pd_len;            /* how many bytes of private data were copied */

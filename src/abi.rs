@@ -264,6 +264,10 @@ pub struct CIntEventType(pub c_int);
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CIntSidrStatus(pub c_int);
+/// An `enum ib_cm_apr_status` as a peer sent it (any 8-bit value).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CIntAprStatus(pub c_int);
 /// An `enum sa_path_rec_type` as written by C code (any `int`).
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -479,7 +483,8 @@ pub struct ib_cm_lap_event_param {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ib_cm_apr_event_param {
-    pub ap_status: ib_cm_apr_status,
+    /// The status as the peer sent it (any 8-bit value).
+    pub ap_status: CIntAprStatus,
     pub apr_info: *mut c_void,
     pub info_len: u8,
 }

@@ -149,4 +149,19 @@ mod tests {
         assert_eq!(udp6_checksum(&src, &dst, udp), 0xffff);
         assert_eq!(&packet[54 + 8 + 20..54 + 8 + 20 + MAD_SIZE], &mad[..]);
     }
+
+    #[test]
+    fn lap_and_apr_frames_carry_the_whole_mad() {
+        use crate::wire::{Apr, Lap, attr};
+        let (src, dst) = ([3u8; 16], [4u8; 16]);
+        for (mad, attr_id) in [
+            (Lap::default().encode(9), attr::LAP),
+            (Apr::default().encode(9), attr::APR),
+        ] {
+            let packet = roce_v2_packet(&src, &dst, &mad);
+            let at = 54 + 8 + 20;
+            assert_eq!(&packet[at..at + MAD_SIZE], &mad[..]);
+            assert_eq!(packet[at + 16..at + 18], attr_id.to_be_bytes());
+        }
+    }
 }

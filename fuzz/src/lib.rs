@@ -127,7 +127,7 @@ pub mod format {
     /// APR (0x1A); anything else keeps it.
     pub const ATTR_KEEP: u8 = 0;
 
-    /// First private-data byte of a REQ / REP / DREQ / SIDR_REQ: what the
+    /// First private-data byte of a REQ / REP / DREQ / SIDR_REQ / LAP: what the
     /// receiving handler does. Anything else: the normal answer (REP / RTU /
     /// DREP / SIDR_REP).
     pub const PLAN_NORMAL: u8 = 0;
@@ -137,7 +137,7 @@ pub mod format {
     pub const PLAN_DESTROY: u8 = b'D';
     /// The handler returns -ENOMEM (a REQ_RCVD id goes away silently).
     pub const PLAN_ENOMEM: u8 = b'N';
-    /// `ib_prepare_cm_mra()` (REQ / REP): the next duplicate gets an MRA.
+    /// `ib_prepare_cm_mra()` (REQ / REP / LAP): the next duplicate gets an MRA.
     pub const PLAN_MRA: u8 = b'M';
 
     /// Selector values below `NSLOTS` pick a slot; larger ones pick one of
@@ -223,6 +223,7 @@ fn touch(ev: &CmEvent) -> u8 {
     let range = match &ev.param {
         EventParam::RejRcvd(r) => Some(r.ari.clone()),
         EventParam::SidrRepRcvd(r) => Some(r.info.clone()),
+        EventParam::AprRcvd { info, .. } => Some(info.clone()),
         _ => None,
     };
     if let (Some(range), Some(mad)) = (range, ev.mad.as_ref()) {
@@ -287,6 +288,15 @@ fn handle(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
                 let _ = cm::send_drep(id, Some(echo));
                 0
             }
+        },
+        IB_CM_LAP_RECEIVED => match plan {
+            PLAN_DESTROY => 1,
+            PLAN_MRA => {
+                // The repeated LAP gets an MRA.
+                let _ = cm::prepare_mra(id);
+                0
+            }
+            _ => 0, // nothing can answer a LAP
         },
         IB_CM_SIDR_REQ_RECEIVED => {
             registry().spawned.push(id.clone());

@@ -249,26 +249,6 @@ enum ib_cm_event_type {
 };
 
 /*
- `enum ib_cm_apr_status` (APR events are delivered only on InfiniBand ports).
- */
-enum ib_cm_apr_status {
-  IB_CM_APR_SUCCESS = 0,
-  IB_CM_APR_INVALID_COMM_ID = 1,
-  IB_CM_APR_UNSUPPORTED = 2,
-  IB_CM_APR_REJECT = 3,
-  IB_CM_APR_REDIRECT = 4,
-  IB_CM_APR_IS_CURRENT = 5,
-  IB_CM_APR_INVALID_QPN_EECN = 6,
-  IB_CM_APR_INVALID_LID = 7,
-  IB_CM_APR_INVALID_GID = 8,
-  IB_CM_APR_INVALID_FLOW_LABEL = 9,
-  IB_CM_APR_INVALID_TCLASS = 10,
-  IB_CM_APR_INVALID_HOP_LIMIT = 11,
-  IB_CM_APR_INVALID_PACKET_RATE = 12,
-  IB_CM_APR_INVALID_SL = 13,
-};
-
-/*
  `enum ib_wc_status`: the kernel's numbers, equal to libibverbs' `enum ibv_wc_status`.
  Error events carry one in `param.send_status`.
  */
@@ -372,6 +352,26 @@ enum ib_cm_rej_reason {
 };
 
 /*
+ `enum ib_cm_apr_status` (APR events are delivered only on InfiniBand ports).
+ */
+enum ib_cm_apr_status {
+  IB_CM_APR_SUCCESS = 0,
+  IB_CM_APR_INVALID_COMM_ID = 1,
+  IB_CM_APR_UNSUPPORTED = 2,
+  IB_CM_APR_REJECT = 3,
+  IB_CM_APR_REDIRECT = 4,
+  IB_CM_APR_IS_CURRENT = 5,
+  IB_CM_APR_INVALID_QPN_EECN = 6,
+  IB_CM_APR_INVALID_LID = 7,
+  IB_CM_APR_INVALID_GID = 8,
+  IB_CM_APR_INVALID_FLOW_LABEL = 9,
+  IB_CM_APR_INVALID_TCLASS = 10,
+  IB_CM_APR_INVALID_HOP_LIMIT = 11,
+  IB_CM_APR_INVALID_PACKET_RATE = 12,
+  IB_CM_APR_INVALID_SL = 13,
+};
+
+/*
  `enum ib_cm_sidr_status`.
  */
 enum ib_cm_sidr_status {
@@ -469,6 +469,9 @@ struct ib_cm_lap_event_param {
  `struct ib_cm_apr_event_param`.
  */
 struct ib_cm_apr_event_param {
+  /*
+   The status as the peer sent it (any 8-bit value).
+   */
   enum ib_cm_apr_status ap_status;
   void *apr_info;
   uint8_t info_len;
@@ -785,7 +788,10 @@ int ib_send_cm_rej(struct ib_cm_id *cm_id,
 
 /*
  Tells the CM about a QP event: `IB_EVENT_COMM_EST` establishes a passive
- connection whose RTU has not arrived (`-EISCONN` if already established).
+ connection whose RTU has not arrived (`-EISCONN` if already established);
+ `IB_EVENT_PATH_MIG` (the QP migrated to its alternate path) makes the
+ alternate path the connection's path for the CM's own MADs (`-EINVAL`
+ unless ESTABLISHED with no LAP pending). Any other event: `-EINVAL`.
  */
 int ib_cm_notify(struct ib_cm_id *cm_id, enum ib_event_type event);
 
@@ -796,9 +802,10 @@ const char *ibcm_reject_msg(int reason);
 
 /*
  Asks for more time (Linux 7.x): from REQ_RCVD (or REP_RCVD) the id moves
- to MRA_REQ_SENT (MRA_REP_SENT) and the peer's next duplicate REQ (REP) is
- answered with an MRA, service timeout 24. No MAD is sent now. `-EINVAL` in
- any other state.
+ to MRA_REQ_SENT (MRA_REP_SENT), and an ESTABLISHED id that received a LAP
+ (lap_state LAP_RCVD) to lap_state MRA_LAP_SENT; the peer's next duplicate
+ REQ (REP, LAP) is answered with an MRA, service timeout 24. No MAD is sent
+ now. `-EINVAL` in any other state.
  */
 int ib_prepare_cm_mra(struct ib_cm_id *cm_id);
 

@@ -91,26 +91,7 @@ impl Device {
     /// Opens `name`: `loopN` on the in-process fabric, else an RDMA device.
     pub fn open(name: &str) -> CmResult<Arc<Device>> {
         match LoopIdentity::from_name(name) {
-            Some(me) => {
-                let identity = Identity {
-                    node_guid: me.node_guid,
-                    ports: vec![Port {
-                        port_num: 1,
-                        lid: me.lid,
-                        pkey: DEFAULT_PKEY,
-                        link_layer: LinkLayer::InfiniBand,
-                        mtu: IB_MTU_4096,
-                        gids: vec![GidEntry {
-                            index: 0,
-                            gid: me.gid,
-                            gid_type: GidType::Ib,
-                        }],
-                    }],
-                };
-                Self::open_with(name, identity, |recv| {
-                    Ok(LoopTransport::open(me, recv)? as Arc<dyn MadTransport>)
-                })
-            }
+            Some(me) => Self::open_loop(name, me, LinkLayer::InfiniBand),
             None => {
                 let sys = sysfs::read_device(std::path::Path::new(sysfs::SYS_INFINIBAND), name)?;
                 if !sys.ports.iter().any(|p| p.active) {
@@ -138,6 +119,40 @@ impl Device {
                 })
             }
         }
+    }
+
+    /// A device of the in-process fabric: one port of `link_layer`.
+    fn open_loop(name: &str, me: LoopIdentity, link_layer: LinkLayer) -> CmResult<Arc<Device>> {
+        let gid_type = match link_layer {
+            LinkLayer::Ethernet => GidType::RoceV2,
+            _ => GidType::Ib,
+        };
+        let identity = Identity {
+            node_guid: me.node_guid,
+            ports: vec![Port {
+                port_num: 1,
+                lid: me.lid,
+                pkey: DEFAULT_PKEY,
+                link_layer,
+                mtu: IB_MTU_4096,
+                gids: vec![GidEntry {
+                    index: 0,
+                    gid: me.gid,
+                    gid_type,
+                }],
+            }],
+        };
+        Self::open_with(name, identity, |recv| {
+            Ok(LoopTransport::open(me, recv)? as Arc<dyn MadTransport>)
+        })
+    }
+
+    /// A loop device whose port says Ethernet: the engine tests of branches
+    /// the kernel takes only on RoCE ports (the fabric itself is the same).
+    #[cfg(test)]
+    pub fn open_loop_as_roce(name: &str) -> CmResult<Arc<Device>> {
+        let me = LoopIdentity::from_name(name).ok_or(EINVAL)?;
+        Self::open_loop(name, me, LinkLayer::Ethernet)
     }
 
     /// Builds the device around the transport `open` makes; received MADs go

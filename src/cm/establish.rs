@@ -7,16 +7,19 @@ use super::id::CmIdPriv;
 use super::send::cancel_msg;
 use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::IB_CM_USER_ESTABLISHED;
+use crate::abi::ib_cm_lap_state::{IB_CM_LAP_IDLE, IB_CM_LAP_UNINIT};
 use crate::abi::ib_cm_state::*;
 use crate::abi::ib_event_type;
 use crate::errno::{CmResult, EINVAL, EISCONN};
 
-/// `ib_cm_notify()`. Only `IB_EVENT_COMM_EST` is handled here: the passive side
-/// saw traffic before the RTU, so the connection is established now.
-/// `IB_EVENT_PATH_MIG` needs alternate paths (not supported yet): `-EINVAL`.
+/// `ib_cm_notify()`: `IB_EVENT_COMM_EST` (the passive side saw traffic before
+/// the RTU) and `IB_EVENT_PATH_MIG` (the QP moved to its alternate path);
+/// any other event is `-EINVAL`.
 pub fn notify(id: &Arc<CmIdPriv>, event: i32) -> CmResult {
     if event == ib_event_type::IB_EVENT_COMM_EST as i32 {
         establish(id)
+    } else if event == ib_event_type::IB_EVENT_PATH_MIG as i32 {
+        migrate(id)
     } else {
         Err(EINVAL)
     }
@@ -35,5 +38,24 @@ fn establish(id: &Arc<CmIdPriv>) -> CmResult {
     cancel_msg(&mut l);
     drop(l);
     queue_event(id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    Ok(())
+}
+
+/// `cm_migrate()`: the QP now uses its alternate path, so the CM's MADs
+/// follow it: `av` becomes a copy of `alt_av` (which stays, so the next RTS
+/// attributes re-arm the same path). Only on an ESTABLISHED connection with no
+/// LAP in progress (lap_state UNINIT or IDLE). As in the kernel nothing checks
+/// that an alternate path exists: without one `av` becomes an address with no
+/// port, and later MADs of the connection fail to send.
+fn migrate(id: &Arc<CmIdPriv>) -> CmResult {
+    let mut l = id.lock();
+    let lap = l.lap_state();
+    if l.state() != IB_CM_ESTABLISHED
+        || (lap != IB_CM_LAP_UNINIT as i32 && lap != IB_CM_LAP_IDLE as i32)
+    {
+        return Err(EINVAL);
+    }
+    l.set_lap_state(IB_CM_LAP_IDLE);
+    l.inner.av = l.inner.alt_av;
     Ok(())
 }

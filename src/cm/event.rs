@@ -62,6 +62,14 @@ pub enum EventParam {
     MraRcvd {
         service_timeout: u8,
     },
+    /// `lap_rcvd.alternate_path`.
+    LapRcvd(Box<Path>),
+    /// `struct ib_cm_apr_event_param`: the status as the peer sent it, the
+    /// information a range of the event's MAD.
+    AprRcvd {
+        ap_status: u8,
+        info: std::ops::Range<usize>,
+    },
     SidrReqRcvd(SidrReqRcvd),
     SidrRepRcvd(SidrRepRcvd),
 }

@@ -83,6 +83,10 @@ pub struct CmIdInner {
     pub remote_id: u32,
     pub service_id: u64,
     pub av: Av,
+    /// The alternate path's address (`cm_id_priv->alt_av`): from the REQ (either
+    /// side) or a LAP; all zero (no LID, no port) when there is none.
+    /// `IB_EVENT_PATH_MIG` copies it into `av`.
+    pub alt_av: Av,
     pub tid: u64,
     pub timeout_ms: u32,
     pub max_cm_retries: u8,

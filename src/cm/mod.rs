@@ -5,6 +5,7 @@
 //! may be held while taking the table lock or queueing work, never the reverse.
 //! Handlers run on the worker thread with no lock held.
 
+mod apr;
 mod bounded;
 pub mod counters;
 mod destroy;
@@ -16,6 +17,7 @@ pub mod event;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod id;
+mod lap;
 mod listen;
 mod mra;
 pub mod path;
@@ -111,6 +113,16 @@ pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
         return Err(EBUSY);
     }
     let device = Device::open(name)?;
+    tables()
+        .devices
+        .insert(Arc::as_ptr(&device) as usize, device.clone());
+    Ok(device)
+}
+
+/// A loop device with a RoCE port, registered like `open_device` (tests).
+#[cfg(test)]
+pub fn open_roce_loop_device(name: &str) -> CmResult<Arc<Device>> {
+    let device = Device::open_loop_as_roce(name)?;
     tables()
         .devices
         .insert(Arc::as_ptr(&device) as usize, device.clone());

@@ -15,7 +15,9 @@ use super::recv::Received;
 use super::tables::tables;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::IB_CM_MRA_RECEIVED;
-use crate::abi::ib_cm_lap_state::{IB_CM_LAP_RCVD, IB_CM_MRA_LAP_SENT};
+use crate::abi::ib_cm_lap_state::{
+    IB_CM_LAP_RCVD, IB_CM_LAP_SENT, IB_CM_MRA_LAP_RCVD, IB_CM_MRA_LAP_SENT,
+};
 use crate::abi::ib_cm_state::{self, *};
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::mra::CM_MRA_PRIVATE_DATA;
@@ -24,8 +26,8 @@ use crate::wire::{Mad, Mra, MsgResponse, attr};
 /// `CM_MRA_SETTING`: the service timeout every MRA of the kernel carries.
 pub const CM_MRA_SETTING: u8 = 24;
 
-/// `ib_prepare_cm_mra()`: the next duplicate of the peer's REQ (or REP) gets
-/// an MRA. No MAD is sent now.
+/// `ib_prepare_cm_mra()`: the next duplicate of the peer's REQ (or REP, or
+/// LAP) gets an MRA. No MAD is sent now.
 pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
     let mut l = id.lock();
     match l.state() {
@@ -80,6 +82,21 @@ fn modify_mad(l: &mut Locked, timeout_ms: u32, state: ib_cm_state) -> bool {
     true
 }
 
+/// An MRA for the LAP we sent (`cm_mra_handler`, ESTABLISHED): the LAP now
+/// waits `timeout_ms` and lap_state becomes MRA_LAP_RCVD. Needs lap_state
+/// LAP_SENT, which nothing sets since the kernel removed `ib_send_cm_lap()`,
+/// so this always answers `false` (drop) in practice.
+fn mra_lap_locked(l: &mut Locked, mraed: MsgResponse, timeout_ms: u32) -> bool {
+    if mraed != MsgResponse::Other
+        || l.lap_state() != IB_CM_LAP_SENT as i32
+        || !modify_mad(l, timeout_ms, IB_CM_ESTABLISHED)
+    {
+        return false;
+    }
+    l.set_lap_state(IB_CM_MRA_LAP_RCVD);
+    true
+}
+
 /// `cm_mra_handler()`.
 pub fn mra_handler(work: Received) {
     let Ok(mra) = Mra::decode(&work.mad) else {
@@ -96,22 +113,34 @@ pub fn mra_handler(work: Received) {
     let next = match (l.state(), mra.message_mraed) {
         (IB_CM_REQ_SENT, MsgResponse::Req) => IB_CM_MRA_REQ_RCVD,
         (IB_CM_REP_SENT, MsgResponse::Rep) => IB_CM_MRA_REP_RCVD,
+        (IB_CM_ESTABLISHED, mraed) => {
+            if !mra_lap_locked(&mut l, mraed, timeout) {
+                // A repeat of the MRA that already stretched our LAP.
+                if l.lap_state() == IB_CM_MRA_LAP_RCVD as i32 {
+                    work.duplicate(attr::MRA);
+                } else {
+                    work.unmatched();
+                }
+                return;
+            }
+            IB_CM_ESTABLISHED
+        }
         (IB_CM_MRA_REQ_RCVD | IB_CM_MRA_REP_RCVD, _) => {
             work.duplicate(attr::MRA);
             return;
         }
-        // LAP is never sent (the kernel removed ib_send_cm_lap), so an MRA of
-        // a LAP matches nothing either.
         _ => {
             work.unmatched();
             return;
         }
     };
-    if !modify_mad(&mut l, timeout, next) {
-        work.unmatched();
-        return;
+    if next != IB_CM_ESTABLISHED {
+        if !modify_mad(&mut l, timeout, next) {
+            work.unmatched();
+            return;
+        }
+        l.set_state(next);
     }
-    l.set_state(next);
     drop(l);
     queue_event(
         &id,

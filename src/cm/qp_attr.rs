@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::id::CmIdPriv;
+use super::id::{Av, CmIdPriv};
 use crate::abi::ib_cm_lap_state::IB_CM_LAP_UNINIT;
 use crate::abi::ib_cm_state::*;
 use crate::abi::ib_qp_type::{IB_QPT_RC, IB_QPT_XRC_INI, IB_QPT_XRC_TGT};
@@ -28,11 +28,17 @@ pub mod mask {
     pub const RNR_RETRY: u32 = 1 << 11;
     pub const RQ_PSN: u32 = 1 << 12;
     pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    pub const ALT_PATH: u32 = 1 << 14;
     pub const MIN_RNR_TIMER: u32 = 1 << 15;
     pub const SQ_PSN: u32 = 1 << 16;
     pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+    pub const PATH_MIG_STATE: u32 = 1 << 18;
     pub const DEST_QPN: u32 = 1 << 20;
 }
+
+/// `IBV_MIG_REARM` (= the kernel's `IB_MIG_REARM`): the QP may migrate to
+/// its alternate path again.
+pub const MIG_REARM: i32 = 1;
 
 /// `IBV_ACCESS_*` remote access flags.
 pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
@@ -54,6 +60,26 @@ pub struct AhAttr {
     pub traffic_class: u8,
 }
 
+impl AhAttr {
+    /// The QP's view of a connection address (the kernel copies
+    /// `av.ah_attr`).
+    fn from_av(av: &Av) -> Self {
+        let addr = &av.addr;
+        Self {
+            dlid: addr.dlid,
+            sl: addr.sl,
+            static_rate: av.rate,
+            is_global: addr.grh,
+            port_num: av.port_num,
+            dgid: addr.dgid,
+            flow_label: addr.flow_label,
+            sgid_index: addr.sgid_index,
+            hop_limit: addr.hop_limit,
+            traffic_class: addr.traffic_class,
+        }
+    }
+}
+
 /// What `ib_cm_init_qp_attr` writes: only the fields in `mask` are meant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QpAttr {
@@ -73,6 +99,25 @@ pub struct QpAttr {
     pub rnr_retry: u8,
     pub max_rd_atomic: u8,
     pub timeout: u8,
+    pub alt_ah_attr: AhAttr,
+    pub alt_pkey_index: u16,
+    /// 0: not written (the kernel skips it when the alternate address has no
+    /// port).
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub path_mig_state: i32,
+}
+
+impl QpAttr {
+    /// `IB_QP_ALT_PATH`: the alternate address, as the kernel copies
+    /// `alt_av` (its port only if it has one).
+    fn set_alt_path(&mut self, alt: &Av) {
+        self.mask |= mask::ALT_PATH;
+        self.alt_ah_attr = AhAttr::from_av(alt);
+        self.alt_pkey_index = alt.addr.pkey_index;
+        self.alt_port_num = alt.port_num;
+        self.alt_timeout = alt.timeout;
+    }
 }
 
 /// `ib_cm_init_qp_attr()` for the requested `qp_state`.
@@ -106,19 +151,7 @@ pub fn init_qp_attr(id: &Arc<CmIdPriv>, qp_state: i32) -> CmResult<QpAttr> {
         }
         QPS_RTR if set_up => {
             a.mask = mask::STATE | mask::AV | mask::PATH_MTU | mask::DEST_QPN | mask::RQ_PSN;
-            let addr = &i.av.addr;
-            a.ah_attr = AhAttr {
-                dlid: addr.dlid,
-                sl: addr.sl,
-                static_rate: i.av.rate,
-                is_global: addr.grh,
-                port_num: i.av.port_num,
-                dgid: addr.dgid,
-                flow_label: addr.flow_label,
-                sgid_index: addr.sgid_index,
-                hop_limit: addr.hop_limit,
-                traffic_class: addr.traffic_class,
-            };
+            a.ah_attr = AhAttr::from_av(&i.av);
             a.path_mtu = i.path_mtu;
             a.dest_qp_num = i.remote_qpn;
             a.rq_psn = i.rq_psn;
@@ -127,8 +160,11 @@ pub fn init_qp_attr(id: &Arc<CmIdPriv>, qp_state: i32) -> CmResult<QpAttr> {
                 a.max_dest_rd_atomic = i.responder_resources;
                 a.min_rnr_timer = 0;
             }
+            // An alternate path (from the REQ or a LAP) with a LID and a port.
+            if i.alt_av.addr.dlid != 0 && i.alt_av.port_num != 0 {
+                a.set_alt_path(&i.alt_av);
+            }
         }
-        // Alternate paths (lap_state other than UNINIT) are not supported.
         QPS_RTS if set_up && l.lap_state() == IB_CM_LAP_UNINIT as i32 => {
             a.mask = mask::STATE | mask::SQ_PSN;
             a.sq_psn = i.sq_psn;
@@ -143,6 +179,20 @@ pub fn init_qp_attr(id: &Arc<CmIdPriv>, qp_state: i32) -> CmResult<QpAttr> {
                 a.mask |= mask::TIMEOUT;
                 a.timeout = i.av.timeout;
             }
+            // Arm migration to the alternate path loaded at RTR (the kernel
+            // checks only the LID here).
+            if i.alt_av.addr.dlid != 0 {
+                a.mask |= mask::PATH_MIG_STATE;
+                a.path_mig_state = MIG_REARM;
+            }
+        }
+        // After a LAP or a migration (lap_state not UNINIT): RTS to RTS with
+        // the alternate path, and nothing else (not even IB_QP_STATE).
+        QPS_RTS if set_up => {
+            a.mask = 0;
+            a.set_alt_path(&i.alt_av);
+            a.mask |= mask::PATH_MIG_STATE;
+            a.path_mig_state = MIG_REARM;
         }
         _ => return Err(EINVAL),
     }

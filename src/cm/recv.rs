@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::counters::Counter;
 use super::device::Device;
-use super::{drep, dreq, mra, rej, rep, req, rtu, sidr};
+use super::{apr, drep, dreq, lap, mra, rej, rep, req, rtu, sidr};
 use crate::transport::MadAddr;
 use crate::wire::{Mad, attr, parse_header};
 
@@ -91,7 +91,8 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>
         attr::MRA => mra::mra_handler(work),
         attr::SIDR_REQ => sidr::sidr_req_handler(work),
         attr::SIDR_REP => sidr::sidr_rep_handler(work),
-        attr::LAP | attr::APR => work.unmatched(),
+        attr::LAP => lap::lap_handler(work),
+        attr::APR => apr::apr_handler(work),
         _ => work.malformed(),
     }
 }

@@ -150,6 +150,11 @@ pub fn rep_handler(work: Received) {
     l.inner.rnr_retry_count = rep.rnr_retry_count;
     l.inner.target_ack_delay = rep.target_ack_delay;
     l.inner.av.timeout = ack_timeout(rep.target_ack_delay, l.inner.av.timeout.saturating_sub(1));
+    // The kernel does the same to `alt_av` whether or not there is an
+    // alternate path; its `timeout - 1` of an unset 0 wraps (to 255), which
+    // gives 31. That only shows after `IB_EVENT_PATH_MIG` without one.
+    let alt_timeout = l.inner.alt_av.timeout.wrapping_sub(1);
+    l.inner.alt_av.timeout = ack_timeout(rep.target_ack_delay, alt_timeout);
     cancel_msg(&mut l);
     drop(l);
     let event = RepRcvd {

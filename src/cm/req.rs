@@ -8,7 +8,7 @@ use super::id::{Av, CmIdPriv, Locked};
 use super::mra::format_mra;
 use super::path::{LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, convert_to_ms};
 use super::recv::Received;
-use super::rej::{format_rej, issue_rej};
+use super::rej::{format_rej, issue_rej, send_rej_locked};
 use super::send::{form_tid, send_tracked};
 use super::tables::tables;
 use super::worker::queue_event;
@@ -66,12 +66,14 @@ fn validate_req_param(p: &ReqParams) -> CmResult {
 }
 
 /// The address of a path (`cm_init_av_by_path`): RoCE and routed paths need
-/// a GRH, sent from the path's source GID.
+/// a GRH, sent from the path's source GID. A RoCE address has no LID (the
+/// kernel's `sa_path_get_dlid()` is 0 for RoCE records), which is also why
+/// an alternate path never reaches a RoCE QP (`ib_cm_init_qp_attr`).
 pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
     Av {
         port_num: port.port_num,
         addr: MadAddr {
-            dlid: path.dlid,
+            dlid: if port.is_roce() { 0 } else { path.dlid },
             sl: path.sl,
             pkey_index: 0,
             grh: port.is_roce() || path.hop_limit > 1,
@@ -122,12 +124,24 @@ fn transport_type(qp_type: i32) -> (TransportType, u8) {
 pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     validate_req_param(p)?;
     let port = id.device.port_by_gid(&p.primary_path.sgid).ok_or(EINVAL)?;
+    // `cm_init_av_by_path(alternate_path)`: its source GID must be ours too.
+    let alt_av = match &p.alternate_path {
+        Some(alt) => Some(av_from_path(
+            id.device.port_by_gid(&alt.sgid).ok_or(EINVAL)?,
+            alt,
+        )),
+        None => None,
+    };
     let mut l = id.lock();
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
         return Err(EINVAL);
     }
     let device = &id.device;
     l.inner.av = av_from_path(port, &p.primary_path);
+    // Without an alternate path the kernel leaves `alt_av` as it was.
+    if let Some(alt_av) = alt_av {
+        l.inner.alt_av = alt_av;
+    }
     l.set_service_id(p.service_id);
     l.inner.timeout_ms = 2 * convert_to_ms(p.primary_path.packet_life_time)
         + convert_to_ms(p.remote_cm_response_timeout);
@@ -182,6 +196,32 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     }
     l.set_state(IB_CM_REQ_SENT);
     Ok(())
+}
+
+/// `cm_req_has_alt_path()`: a REQ carries an alternate path when its
+/// alternate local LID is set (OPA GIDs aside).
+fn req_has_alt_path(req: &Req) -> bool {
+    req.alternate_path.local_lid != 0
+}
+
+/// The passive side's view of the REQ's alternate path
+/// (`cm_format_paths_from_req`): the primary's partition, MTU and record
+/// type, the peer's side as destination.
+fn alt_path_from_req(req: &Req, primary: &Path) -> Path {
+    let ap = &req.alternate_path;
+    Path {
+        dgid: ap.local_gid,
+        sgid: ap.remote_gid,
+        dlid: ap.local_lid,
+        slid: ap.remote_lid,
+        flow_label: ap.flow_label,
+        hop_limit: ap.hop_limit,
+        traffic_class: ap.traffic_class,
+        rate: ap.packet_rate,
+        sl: ap.sl,
+        packet_life_time: ap.local_ack_timeout - u8::from(ap.local_ack_timeout > 0),
+        ..*primary
+    }
 }
 
 /// The passive side's view of the REQ's primary path (`cm_format_paths_from_req`).
@@ -295,6 +335,19 @@ pub fn req_handler(work: Received) {
         timeout: primary_path.packet_life_time.saturating_add(1).min(31),
         rate: primary_path.rate,
     };
+    let alternate_path = req_has_alt_path(&req).then(|| alt_path_from_req(&req, &primary_path));
+    if let Some(alt) = &alternate_path {
+        // `cm_init_av_by_path(&work->path[1])`: the alternate path must leave
+        // from one of our GIDs, or the REQ is rejected (ARI: our primary GID).
+        let Some(port) = work.device.port_by_gid(&alt.sgid) else {
+            let reason = IB_CM_REJ_INVALID_ALT_GID as u16;
+            let _ = send_rej_locked(&mut l, reason, &primary_path.sgid, &[]);
+            drop(l);
+            super::forget_unfinalized(&new_id);
+            return;
+        };
+        l.inner.alt_av = av_from_path(port, alt);
+    }
     link_remote(&mut l, &new_id);
     drop(l);
     super::finalize_id(&new_id);
@@ -304,7 +357,7 @@ pub fn req_handler(work: Received) {
         bth_pkey: req.pkey,
         port: work.port,
         primary_path,
-        alternate_path: None,
+        alternate_path,
         remote_ca_guid: guid,
         remote_qkey: req.local_qkey,
         remote_qpn: req.local_qpn,

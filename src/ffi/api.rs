@@ -259,7 +259,10 @@ pub unsafe extern "C" fn ib_send_cm_rej(
 }
 
 /// Tells the CM about a QP event: `IB_EVENT_COMM_EST` establishes a passive
-/// connection whose RTU has not arrived (`-EISCONN` if already established).
+/// connection whose RTU has not arrived (`-EISCONN` if already established);
+/// `IB_EVENT_PATH_MIG` (the QP migrated to its alternate path) makes the
+/// alternate path the connection's path for the CM's own MADs (`-EINVAL`
+/// unless ESTABLISHED with no LAP pending). Any other event: `-EINVAL`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_cm_notify(cm_id: *mut ib_cm_id, event: CIntEventType) -> c_int {
     with_id(cm_id, |id| cm::notify(id, event.0))
@@ -318,9 +321,10 @@ fn reject_msg(reason: c_int) -> &'static CStr {
 }
 
 /// Asks for more time (Linux 7.x): from REQ_RCVD (or REP_RCVD) the id moves
-/// to MRA_REQ_SENT (MRA_REP_SENT) and the peer's next duplicate REQ (REP) is
-/// answered with an MRA, service timeout 24. No MAD is sent now. `-EINVAL` in
-/// any other state.
+/// to MRA_REQ_SENT (MRA_REP_SENT), and an ESTABLISHED id that received a LAP
+/// (lap_state LAP_RCVD) to lap_state MRA_LAP_SENT; the peer's next duplicate
+/// REQ (REP, LAP) is answered with an MRA, service timeout 24. No MAD is sent
+/// now. `-EINVAL` in any other state.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_prepare_cm_mra(cm_id: *mut ib_cm_id) -> c_int {
     with_id(cm_id, cm::prepare_mra)
@@ -440,22 +444,18 @@ fn write_qp_attr(attr: &mut ibv_qp_attr, a: &cm::QpAttr) {
         attr.port_num = a.port_num;
     }
     if has(mask::AV) {
-        let ah = &a.ah_attr;
-        attr.ah_attr = ibv_ah_attr {
-            grh: ibv_global_route {
-                dgid: ibv_gid_raw(ah.dgid),
-                flow_label: ah.flow_label,
-                sgid_index: ah.sgid_index,
-                hop_limit: ah.hop_limit,
-                traffic_class: ah.traffic_class,
-            },
-            dlid: ah.dlid,
-            sl: ah.sl,
-            src_path_bits: 0,
-            static_rate: ah.static_rate,
-            is_global: u8::from(ah.is_global),
-            port_num: ah.port_num,
-        };
+        attr.ah_attr = ah_attr(&a.ah_attr);
+    }
+    if has(mask::ALT_PATH) {
+        attr.alt_ah_attr = ah_attr(&a.alt_ah_attr);
+        attr.alt_pkey_index = a.alt_pkey_index;
+        if a.alt_port_num != 0 {
+            attr.alt_port_num = a.alt_port_num;
+        }
+        attr.alt_timeout = a.alt_timeout;
+    }
+    if has(mask::PATH_MIG_STATE) {
+        attr.path_mig_state = a.path_mig_state;
     }
     if has(mask::PATH_MTU) {
         attr.path_mtu = c_int::from(a.path_mtu);
@@ -486,6 +486,25 @@ fn write_qp_attr(attr: &mut ibv_qp_attr, a: &cm::QpAttr) {
     }
     if has(mask::TIMEOUT) {
         attr.timeout = a.timeout;
+    }
+}
+
+/// libibverbs' `struct ibv_ah_attr` for an engine address.
+fn ah_attr(ah: &cm::qp_attr::AhAttr) -> ibv_ah_attr {
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid_raw(ah.dgid),
+            flow_label: ah.flow_label,
+            sgid_index: ah.sgid_index,
+            hop_limit: ah.hop_limit,
+            traffic_class: ah.traffic_class,
+        },
+        dlid: ah.dlid,
+        sl: ah.sl,
+        src_path_bits: 0,
+        static_rate: ah.static_rate,
+        is_global: u8::from(ah.is_global),
+        port_num: ah.port_num,
     }
 }
 

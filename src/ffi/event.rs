@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 
 use super::path;
 use crate::abi::{
-    CIntRejReason, CIntSidrStatus, ib_cm_event, ib_cm_event_param, ib_cm_id, ib_cm_rej_event_param,
+    CIntAprStatus, CIntRejReason, CIntSidrStatus, ib_cm_apr_event_param, ib_cm_event,
+    ib_cm_event_param, ib_cm_id, ib_cm_lap_event_param, ib_cm_rej_event_param,
     ib_cm_rep_event_param, ib_cm_req_event_param, ib_cm_sidr_rep_event_param,
     ib_cm_sidr_req_event_param, rdma_ucm_ece, sa_path_rec,
 };
@@ -73,7 +74,9 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
         None => ptr::null_mut(),
     };
 
+    // The paths an event points to live here for the call.
     let mut primary: Option<sa_path_rec> = None;
+    let mut alternate: Option<sa_path_rec> = None;
     let param = match &ev.param {
         EventParam::None => ib_cm_event_param {
             // Zeroed, unlike the kernel's uninitialised memory.
@@ -88,6 +91,10 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
         }
         EventParam::ReqRcvd(r) => {
             let path = primary.insert(path::to_c(&r.primary_path));
+            let alternate_path = match &r.alternate_path {
+                Some(alt) => alternate.insert(path::to_c(alt)) as *mut sa_path_rec,
+                None => ptr::null_mut(),
+            };
             let (unit0, unit1) = req_units(r);
             ib_cm_event_param {
                 req_rcvd: ib_cm_req_event_param {
@@ -95,7 +102,7 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
                     bth_pkey: r.bth_pkey,
                     port: r.port,
                     primary_path: path,
-                    alternate_path: ptr::null_mut(),
+                    alternate_path,
                     ppath_sgid_attr: ptr::null(),
                     remote_ca_guid: r.remote_ca_guid.to_be(),
                     remote_qkey: r.remote_qkey,
@@ -161,6 +168,26 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
             };
             p
         }
+        EventParam::LapRcvd(alt) => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.lap_rcvd = ib_cm_lap_event_param {
+                alternate_path: alternate.insert(path::to_c(alt)),
+            };
+            p
+        }
+        EventParam::AprRcvd { ap_status, info } => {
+            let mut p = ib_cm_event_param {
+                req_rcvd: zeroed_req_param(),
+            };
+            p.apr_rcvd = ib_cm_apr_event_param {
+                ap_status: CIntAprStatus(i32::from(*ap_status)),
+                apr_info: mad_at(info, &mut mad),
+                info_len: info.len() as u8,
+            };
+            p
+        }
         EventParam::MraRcvd { service_timeout } => {
             let mut p = ib_cm_event_param {
                 req_rcvd: zeroed_req_param(),
@@ -199,5 +226,115 @@ fn zeroed_req_param() -> ib_cm_req_event_param {
         unit0: 0,
         unit1: 0,
         ece: rdma_ucm_ece::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The LAP and APR events as a C handler sees them (no C test can make a
+    //! peer send those: the kernel API has no sender for them).
+
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::abi::ib_cm_event_type::{self, *};
+    use crate::cm::event::{CmEvent, EventParam};
+    use crate::cm::path::Path;
+    use crate::wire::{Apr, Lap};
+
+    /// What the C handler saw: event, then the fields each test checks.
+    static SEEN: Mutex<Vec<(ib_cm_event_type, Vec<u8>)>> = Mutex::new(Vec::new());
+
+    unsafe extern "C" fn handler(_id: *mut ib_cm_id, ev: *const ib_cm_event) -> c_int {
+        // SAFETY: `call_c_handler` passes an event that lives for the call.
+        let ev = unsafe { &*ev };
+        let mut got = Vec::new();
+        match ev.event {
+            IB_CM_LAP_RECEIVED => {
+                // SAFETY: a LAP event's param is `lap_rcvd`, whose path lives
+                // for the call.
+                let p = unsafe { &*ev.param.lap_rcvd.alternate_path };
+                got.extend([p.sl, p.packet_life_time, p.mtu]);
+                // SAFETY: IB record: `ib` is the union member written.
+                got.extend(u16::from_be(unsafe { p.link.ib.dlid }).to_be_bytes());
+            }
+            IB_CM_APR_RECEIVED => {
+                // SAFETY: an APR event's param is `apr_rcvd`; `apr_info` points
+                // to `info_len` bytes of the MAD copy for the call.
+                let (status, info) = unsafe {
+                    let a = &ev.param.apr_rcvd;
+                    let info =
+                        std::slice::from_raw_parts(a.apr_info.cast::<u8>(), a.info_len.into());
+                    (a.ap_status.0, info)
+                };
+                got.push(status as u8);
+                got.extend_from_slice(info);
+            }
+            _ => {}
+        }
+        // SAFETY: every received event carries its private data for the call.
+        got.push(unsafe { *ev.private_data.cast::<u8>() });
+        SEEN.lock().push((ev.event, got));
+        0
+    }
+
+    #[test]
+    fn lap_and_apr_events_reach_c_with_their_params() {
+        let device = crate::cm::open_device("loop3999").unwrap();
+        let id = crate::cm::create_id(&device, Arc::new(call_c_handler));
+        let f: CHandler = handler;
+        id.public.cm_handler.store(f as usize, Ordering::Release);
+
+        let path = Path {
+            sl: 7,
+            packet_life_time: 13,
+            mtu: 5,
+            dlid: 0x0102,
+            ..Path::default()
+        };
+        let mut lap = Lap::default();
+        lap.private_data[0] = 0x4c;
+        let ev = CmEvent::with_private_data(
+            IB_CM_LAP_RECEIVED,
+            EventParam::LapRcvd(Box::new(path)),
+            Box::new(lap.encode(1)),
+            crate::wire::lap::CM_LAP_PRIVATE_DATA.mad_range(),
+        );
+        assert_eq!(call_c_handler(&id, &ev), 0);
+
+        let mut apr = Apr {
+            info_length: 3,
+            ap_status: 200, // not an enum value: passed on as sent
+            ..Apr::default()
+        };
+        apr.info[..3].copy_from_slice(&[9, 8, 7]);
+        apr.private_data[0] = 0x41;
+        let start = crate::wire::apr::CM_APR_ADDITIONAL_INFORMATION
+            .mad_range()
+            .start;
+        let ev = CmEvent::with_private_data(
+            IB_CM_APR_RECEIVED,
+            EventParam::AprRcvd {
+                ap_status: apr.ap_status,
+                info: start..start + 3,
+            },
+            Box::new(apr.encode(1)),
+            crate::wire::apr::CM_APR_PRIVATE_DATA.mad_range(),
+        );
+        assert_eq!(call_c_handler(&id, &ev), 0);
+
+        let seen = std::mem::take(&mut *SEEN.lock());
+        assert_eq!(
+            seen,
+            vec![
+                (IB_CM_LAP_RECEIVED, vec![7, 13, 5, 0x01, 0x02, 0x4c]),
+                (IB_CM_APR_RECEIVED, vec![200, 9, 8, 7, 0x41]),
+            ]
+        );
+        crate::cm::destroy_id(&id, 0);
+        crate::cm::close_device(&device).unwrap();
     }
 }

@@ -8,9 +8,11 @@
 
 use std::fmt;
 
+pub mod apr;
 pub mod drep;
 pub mod dreq;
 pub mod field;
+pub mod lap;
 pub mod mra;
 pub mod rej;
 pub mod rep;
@@ -21,8 +23,10 @@ pub mod sidr_req;
 #[cfg(test)]
 mod test_util;
 
+pub use apr::Apr;
 pub use drep::Drep;
 pub use dreq::Dreq;
+pub use lap::Lap;
 pub use mra::Mra;
 pub use rej::Rej;
 pub use rep::Rep;

@@ -81,19 +81,20 @@ pub struct ReqPath {
     pub local_ack_timeout: u8,
 }
 
-/// The field descriptors of one `ReqPath`.
-struct PathFields {
-    local_lid: Field,
-    remote_lid: Field,
-    local_gid: FieldBytes<16>,
-    remote_gid: FieldBytes<16>,
-    flow_label: Field,
-    packet_rate: Field,
-    traffic_class: Field,
-    hop_limit: Field,
-    sl: Field,
-    subnet_local: Field,
-    local_ack_timeout: Field,
+/// The field descriptors of one `ReqPath` (a LAP's alternate path has the
+/// same fields, at its own offsets: `wire::lap`).
+pub(super) struct PathFields {
+    pub(super) local_lid: Field,
+    pub(super) remote_lid: Field,
+    pub(super) local_gid: FieldBytes<16>,
+    pub(super) remote_gid: FieldBytes<16>,
+    pub(super) flow_label: Field,
+    pub(super) packet_rate: Field,
+    pub(super) traffic_class: Field,
+    pub(super) hop_limit: Field,
+    pub(super) sl: Field,
+    pub(super) subnet_local: Field,
+    pub(super) local_ack_timeout: Field,
 }
 
 const PRIMARY: PathFields = PathFields {
@@ -125,7 +126,7 @@ const ALTERNATE: PathFields = PathFields {
 };
 
 impl PathFields {
-    fn set(&self, mad: &mut Mad, path: &ReqPath) {
+    pub(super) fn set(&self, mad: &mut Mad, path: &ReqPath) {
         self.local_lid.set(mad, path.local_lid.into());
         self.remote_lid.set(mad, path.remote_lid.into());
         self.local_gid.set(mad, &path.local_gid);
@@ -140,7 +141,7 @@ impl PathFields {
             .set(mad, path.local_ack_timeout.into());
     }
 
-    fn get(&self, mad: &Mad) -> ReqPath {
+    pub(super) fn get(&self, mad: &Mad) -> ReqPath {
         ReqPath {
             local_lid: self.local_lid.get(mad) as u16,
             remote_lid: self.remote_lid.get(mad) as u16,

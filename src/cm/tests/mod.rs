@@ -3,10 +3,12 @@
 //! Each test opens its own pair of loop devices (unique names, so tests run in
 //! parallel in one process) and records every event its ids receive.
 
+mod alt_path;
 mod connect;
 mod counters;
 mod disconnect;
 mod hostile;
+mod lap;
 mod sidr;
 mod teardown;
 
@@ -20,6 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use super::device::Device;
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Handler};
+use super::path::Path;
 use super::{RepParams, ReqParams};
 use crate::abi::ib_cm_event_type::{self, *};
 use crate::abi::ib_cm_state::{self, *};
@@ -51,6 +54,10 @@ pub struct Seen {
     pub rej_reason: Option<u16>,
     pub sidr_status: Option<u8>,
     pub new_id: Option<Arc<CmIdPriv>>,
+    /// REQ_RECEIVED's or LAP_RECEIVED's alternate path.
+    pub alternate_path: Option<Path>,
+    /// APR_RECEIVED's status and information bytes.
+    pub apr: Option<(u8, Vec<u8>)>,
 }
 
 /// How a test's handler answers an event: its return value (non-zero destroys
@@ -96,6 +103,18 @@ impl Recorder {
             },
             new_id: matches!(ev.event, IB_CM_REQ_RECEIVED | IB_CM_SIDR_REQ_RECEIVED)
                 .then(|| id.clone()),
+            alternate_path: match &ev.param {
+                EventParam::ReqRcvd(r) => r.alternate_path,
+                EventParam::LapRcvd(p) => Some(**p),
+                _ => None,
+            },
+            apr: match &ev.param {
+                EventParam::AprRcvd { ap_status, info } => ev
+                    .mad
+                    .as_ref()
+                    .map(|m| (*ap_status, m[info.clone()].to_vec())),
+                _ => None,
+            },
         };
         let policy = self.policies.lock().get(&ev.event).cloned();
         let ret = policy.map_or(0, |p| p(id, ev));
@@ -152,8 +171,16 @@ impl Pair {
     /// Opens the devices and the listener; B answers REQs with a REP and A
     /// answers REPs with an RTU, from inside the handlers.
     pub fn new() -> Self {
+        Self::open(super::open_device(&loop_name()).unwrap())
+    }
+
+    /// Like `new`, with B's port on Ethernet (RoCE) instead of InfiniBand.
+    pub fn with_roce_b() -> Self {
+        Self::open(super::open_roce_loop_device(&loop_name()).unwrap())
+    }
+
+    fn open(b: Arc<Device>) -> Self {
         let a = super::open_device(&loop_name()).unwrap();
-        let b = super::open_device(&loop_name()).unwrap();
         let rec = Arc::new(Recorder::default());
         rec.on(
             IB_CM_REQ_RECEIVED,
@@ -211,6 +238,29 @@ impl Pair {
         passive
     }
 
+    /// An alternate path from A to B for the REQ: on the one-port loop
+    /// fabric it is the primary path with its own SL, flow label and
+    /// lifetime, so each side can tell the two apart.
+    pub fn alt_path(&self) -> Path {
+        Path {
+            sl: 1,
+            flow_label: 0x777,
+            packet_life_time: 3,
+            ..self.req_params().primary_path
+        }
+    }
+
+    /// Sends `mad` from device `from` to the port of device `to`, as the peer
+    /// of a connection would (a LAP, an APR, …).
+    pub fn send_from(&self, from: &Device, to: &Device, mad: &Mad) {
+        let addr = MadAddr {
+            dgid: to.ports[0].gids[0].gid,
+            dlid: to.ports[0].lid,
+            ..MadAddr::default()
+        };
+        from.send(1, &addr, mad).unwrap();
+    }
+
     pub fn loop_a(&self) -> &LoopTransport {
         self.a.as_loop().unwrap()
     }
@@ -259,6 +309,16 @@ pub fn wait_state(id: &Arc<CmIdPriv>, state: ib_cm_state) {
             "state {:?}, want {state:?}",
             id.state()
         );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until `done()` holds (effects that have no event, such as a drop
+/// being counted).
+pub fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(1));
     }
 }
