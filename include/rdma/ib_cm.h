@@ -67,7 +67,15 @@ static inline bool IS_ERR_OR_NULL(const void *ptr) { return !ptr || IS_ERR_VALUE
 
 struct ib_cm_id;
 struct ib_cm_event;
-/* libibverbs' (include <infiniband/verbs.h> to call ib_cm_init_qp_attr). */
+/* ib_cm_init_qp_attr fills libibverbs' struct ibv_qp_attr: this header
+ * includes <infiniband/verbs.h> when it is installed (define IBCM_NO_VERBS_H
+ * to leave it out). Without it, struct ibv_qp_attr is only declared, and a
+ * caller of ib_cm_init_qp_attr includes <infiniband/verbs.h> itself. */
+#if !defined(IBCM_NO_VERBS_H) && defined(__has_include)
+#if __has_include(<infiniband/verbs.h>)
+#include <infiniband/verbs.h>
+#endif
+#endif
 struct ibv_qp_attr;
 struct sa_path_rec;
 struct ib_gid_attr;
