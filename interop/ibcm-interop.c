@@ -278,20 +278,23 @@ static int handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
   return 0;
 }
 
-static void fill_path(struct sa_path_rec *path) {
+/* A new id on A's side, the path to B, and rdma_cm's header for a request
+ * from this side (an ephemeral-looking source port). */
+static struct ib_cm_id *active_id(struct sa_path_rec *path, uint8_t hdr[CMA_HDR_LEN]) {
+  struct ib_cm_id *id = ib_create_cm_id(dev_a, handler, NULL);
+  CHECK(!IS_ERR(id));
   CHECK_EQ(ibcm_init_path(dev_a, 1, &peer_gid, path), 0);
+  cma_hdr_format(hdr, self_ip, peer_ip, (uint16_t)(0xc000 | (getpid() & 0x3fff)));
+  return id;
 }
 
 /* A's REQ to a kernel rdma_cm listener on RDMA_PS_TCP, REP, RTU: the QP goes
  * INIT (where `post` posts the receives: not before, rxe refuses them in
  * RESET), RTR, RTS on the way. */
 static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct verbs *)) {
-  struct ib_cm_id *id = ib_create_cm_id(dev_a, handler, NULL);
-  CHECK(!IS_ERR(id));
   struct sa_path_rec path;
-  fill_path(&path);
   uint8_t hdr[CMA_HDR_LEN];
-  cma_hdr_format(hdr, self_ip, peer_ip, (uint16_t)(0xc000 | (getpid() & 0x3fff)));
+  struct ib_cm_id *id = active_id(&path, hdr);
   struct ib_cm_req_param req = {
       .primary_path = &path,
       .service_id = service_id(RDMA_PS_TCP),
@@ -594,12 +597,9 @@ static int mode_sidr_client(void) {
   verbs_open(&v, IBV_QPT_UD, 2 * MSG_COUNT * (GRH_LEN + MSG_SIZE));
   qp_ud_ready(&v);
   post_ud_recvs(&v);
-  struct ib_cm_id *id = ib_create_cm_id(dev_a, handler, NULL);
-  CHECK(!IS_ERR(id));
   struct sa_path_rec path;
-  fill_path(&path);
   uint8_t hdr[CMA_HDR_LEN];
-  cma_hdr_format(hdr, self_ip, peer_ip, (uint16_t)(0xc000 | (getpid() & 0x3fff)));
+  struct ib_cm_id *id = active_id(&path, hdr);
   struct ib_cm_sidr_req_param req = {
       .path = &path,
       .service_id = service_id(RDMA_PS_UDP),

@@ -11,7 +11,7 @@ use super::id::Locked;
 use super::mra::format_mra;
 use super::path::{Path, REC_TYPE_IB};
 use super::recv::Received;
-use super::req::av_from_path;
+use super::req::{av_from_path, path_from_wire};
 use super::tables::tables;
 use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::IB_CM_LAP_RECEIVED;
@@ -30,24 +30,14 @@ pub(super) fn on_roce_port(work: &Received) -> bool {
 /// `cm_format_path_from_lap()`: the alternate path as this side sees it
 /// (the LAP's "local" is the peer), in the connection's partition and MTU.
 fn path_from_lap(l: &Locked, lap: &Lap) -> Path {
-    let ap = &lap.alternate_path;
-    Path {
-        dgid: ap.local_gid,
-        sgid: ap.remote_gid,
-        dlid: ap.local_lid,
-        slid: ap.remote_lid,
-        flow_label: ap.flow_label,
-        hop_limit: ap.hop_limit,
-        traffic_class: ap.traffic_class,
+    let base = Path {
         reversible: 1,
         pkey: l.inner.pkey,
-        sl: ap.sl,
         mtu: l.inner.path_mtu,
-        rate: ap.packet_rate,
-        packet_life_time: ap.local_ack_timeout - u8::from(ap.local_ack_timeout > 0),
         rec_type: REC_TYPE_IB,
         ..Path::default()
-    }
+    };
+    path_from_wire(&lap.alternate_path, &base)
 }
 
 /// `cm_lap_handler()`.

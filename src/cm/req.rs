@@ -208,7 +208,12 @@ fn req_has_alt_path(req: &Req) -> bool {
 /// (`cm_format_paths_from_req`): the primary's partition, MTU and record
 /// type, the peer's side as destination.
 fn alt_path_from_req(req: &Req, primary: &Path) -> Path {
-    let ap = &req.alternate_path;
+    path_from_wire(&req.alternate_path, primary)
+}
+
+/// A path of a REQ or LAP as the receiver sees it (the message's "local" side
+/// is the peer), with what the message does not carry taken from `base`.
+pub(super) fn path_from_wire(ap: &ReqPath, base: &Path) -> Path {
     Path {
         dgid: ap.local_gid,
         sgid: ap.remote_gid,
@@ -220,7 +225,7 @@ fn alt_path_from_req(req: &Req, primary: &Path) -> Path {
         rate: ap.packet_rate,
         sl: ap.sl,
         packet_life_time: ap.local_ack_timeout - u8::from(ap.local_ack_timeout > 0),
-        ..*primary
+        ..*base
     }
 }
 
