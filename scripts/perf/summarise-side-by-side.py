@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Summarises the raw outputs of side-by-side.sh: summarise-side-by-side.py DIR N ROUNDS."""
+"""Summarises the raw outputs of side-by-side.sh and side-by-side-2vm.sh:
+summarise-side-by-side.py DIR N ROUNDS [SETUP], SETUP describing the machines."""
 import json
 import re
 import statistics
 import sys
 
 out, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+setup = sys.argv[4] if len(sys.argv) > 4 else "QEMU TCG, 1 vCPU, rxe0 <-> rxe1 on a veth pair."
 PHASES = ["create id", "connect", "disconnect", "destroy"]
 med = statistics.median
 
@@ -69,7 +71,7 @@ def total(tool, ph):
 
 L, summary = [], {"connections": n, "rounds": rounds, "phases": {}, "client_cpu": {}}
 L.append(f"{n} connections per run, {rounds} runs of each, medians of the per-run phase totals "
-         "(conn/s = connections / total). QEMU TCG, 1 vCPU, rxe0 <-> rxe1 on a veth pair.")
+         "(conn/s = connections / total). " + setup)
 L.append("")
 L.append("| phase | kernel: cmtime v44 (QPs) | kernel: rdma_cm, no QPs | ibcm-cmtime | ratio ours / cmtime | ratio ours / no-QP rdma_cm |")
 L.append("|---|---:|---:|---:|---:|---:|")

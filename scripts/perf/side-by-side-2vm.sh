@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# side-by-side-2vm.sh [-c CONNECTIONS] [-r ROUNDS]
+#
+# libib_cm next to the kernel CM between two hosts: two QEMU VMs, one vCPU
+# each, joined by one virtual Ethernet link (softroce/run-2vm.sh), rxe0 on each
+# NIC. The client runs in VM A (10.78.0.1), the server in VM B (10.78.0.2),
+# started and stopped through the interop agent (interop/agent.py).
+#
+#   kernel  both VMs with the kernel CM (ib_cm, rdma_cm, rdma_ucm):
+#           1. rdma-core's cmtime (rdma-core 44: creates and modifies a QP per
+#              connection on both sides)
+#              B: cmtime -b 10.78.0.2 -c N    A: cmtime -s 10.78.0.2 -b 10.78.0.1 -c N
+#           2. tools/rdmacm-cmtime-noqp.c: the same rdma_cm calls without QPs
+#   ibcm    neither VM with the kernel CM:
+#              B: ibcm-cmtime --server -D rxe0
+#              A: ibcm-cmtime --client ::ffff:10.78.0.2 -d rxe0 -c N --no-warmup
+#
+# ROUNDS rounds (default 3) of each, alternating, N connections (default
+# 1000). Each client runs under /usr/bin/time. Prints per-phase medians and
+# the ratios ours / kernel; raw outputs and the summary go to
+# build/perf/side-by-side-2vm/. The one-VM variant (client and server sharing
+# one vCPU) is side-by-side.sh.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+N=1000 ROUNDS=3
+while getopts c:r:h opt; do
+  case $opt in
+    c) N=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    *) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 2 ;;
+  esac
+done
+cd "$ROOT"
+OUT=$ROOT/build/perf/side-by-side-2vm
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib"
+
+need=()
+command -v cmtime >/dev/null || need+=(rdmacm-utils)
+[ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+[ -x /usr/bin/time ] || need+=(time)
+if ((${#need[@]})); then
+  apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null; }
+fi
+softroce/setup.sh >/dev/null
+make -s c-build >/dev/null
+cp -L build/stage/lib/libib_cm.so.0 "$OUT/lib/libib_cm.so.0"
+cp build/c/ibcm-cmtime "$OUT/bin/ibcm-cmtime"
+cc -O2 -Wall -Wextra -Werror -o "$OUT/bin/rdmacm-cmtime-noqp" tools/rdmacm-cmtime-noqp.c -lrdmacm -lpthread
+{ git -C "$ROOT" rev-parse --short HEAD; git -C "$ROOT" status --short; } > "$OUT/commit" 2>/dev/null || true
+
+# Shell functions for VM A's command: the agent in B, and waiting for B's
+# kernel listener (rdma res) or ibcm-cmtime server (its log).
+PRELUDE="set -u
+bctl() { python3 $ROOT/interop/bctl.py \"\$@\"; }
+TIME='/usr/bin/time -f cpu:%U:%S:%w:%c -o'
+bctl ping 60 > /dev/null
+listening() { bctl run \"for _ in \\\$(seq 1 200); do rdma res show cm_id | grep LISTEN | grep -q ':\$1 ' && exit 0; sleep 0.05; done; exit 1\" > /dev/null; }
+finish() { for f in \"\$@\"; do echo \"=== \$f\"; cat \$SRT_JOB/\$f; done; bctl quit > /dev/null; }"
+KERNEL_CMD="$PRELUDE
+bctl start srv 'cmtime -b \$SRT_SELF_IP -c $N'
+listening 7471
+\$TIME \$SRT_JOB/cmtime.cpu cmtime -s \$SRT_PEER_IP -b \$SRT_SELF_IP -c $N > \$SRT_JOB/cmtime.txt; rc=\$?
+bctl run 'pkill -x cmtime'; bctl wait srv > /dev/null
+bctl start srv '$OUT/bin/rdmacm-cmtime-noqp -b \$SRT_SELF_IP'
+listening 7472
+\$TIME \$SRT_JOB/noqp.cpu $OUT/bin/rdmacm-cmtime-noqp -s \$SRT_PEER_IP -b \$SRT_SELF_IP -c $N --json > \$SRT_JOB/noqp.json 2>/dev/null || rc=1
+bctl run 'pkill -f rdmacm-cmtime-noqp'; bctl wait srv > /dev/null
+finish cmtime.txt cmtime.cpu noqp.json noqp.cpu
+exit \$rc"
+IBCM_CMD="$PRELUDE
+bctl start srv 'LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --server -D rxe0'
+bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
+\$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json; rc=\$?
+bctl wait -t 120 srv > /dev/null || rc=1
+finish ibcm.json ibcm.cpu
+exit \$rc"
+B_CMD="exec python3 $ROOT/interop/agent.py"
+
+# A's output without run-2vm's "[A] " prefix, B's dropped.
+a_only() { sed -n 's/^\[A\] //p'; }
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r/$ROUNDS: kernel CM, two VMs (cmtime, then rdmacm-cmtime-noqp; $N connections)" >&2
+  softroce/run-2vm.sh --a-ibcm --b-ibcm --timeout 900 "$KERNEL_CMD" "$B_CMD" 2> "$OUT/kernel-$r.err" |
+    a_only > "$OUT/kernel-$r.txt" ||
+    { echo "kernel round $r failed:" >&2; cat "$OUT/kernel-$r.txt" "$OUT/kernel-$r.err" >&2; exit 1; }
+  echo "round $r/$ROUNDS: ib_cm, two VMs (ibcm-cmtime client/server; $N connections)" >&2
+  softroce/run-2vm.sh --timeout 900 "$IBCM_CMD" "$B_CMD" 2> "$OUT/ibcm-$r.err" |
+    a_only > "$OUT/ibcm-$r.txt" ||
+    { echo "ibcm round $r failed:" >&2; cat "$OUT/ibcm-$r.txt" "$OUT/ibcm-$r.err" >&2; exit 1; }
+done
+
+python3 "$ROOT/scripts/perf/summarise-side-by-side.py" "$OUT" "$N" "$ROUNDS" \
+  "Two QEMU TCG VMs, 1 vCPU each, client in A, server in B, rxe0 on each NIC, one virtual link."
