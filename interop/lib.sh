@@ -88,4 +88,19 @@ check_capture() {
   echo "$SCENARIO: $(echo "$names" | grep -c .) CM MADs, $(tshark -r "$PCAP" 2>/dev/null | wc -l) RoCE packets, tshark: no malformed packet"
 }
 
+# The private data of A's DREQ (seed 0xd1, 220 bytes) or DREP (0xd2, 224) as
+# tshark dissects it from the wire must be what ibcm-interop sent
+# (fill_pattern of c-tests/common.c): check_private_data dreq|drep.
+check_private_data() {
+  local msg=$1 attr seed len field want got
+  case $msg in
+    dreq) attr=0x0015 seed=0xd1 len=220 field=infiniband.cm.dreq.private ;;
+    drep) attr=0x0016 seed=0xd2 len=224 field=infiniband.cm.drsp.private ;;
+  esac
+  want=$(python3 -c "import sys; s, n = int(sys.argv[1], 0), int(sys.argv[2]); print(bytes((s + i * 7 + (i >> 3)) & 0xff for i in range(n)).hex())" $seed $len)
+  got=$(tshark -r "$PCAP" -Y "infiniband.mad.attributeid == $attr && ip.src == $SRT_SELF_IP" -T fields -e $field 2>/dev/null | head -1 | tr -d ':')
+  [ "$got" = "$want" ] || fail "A's ${msg^^} private data on the wire: ${got:0:40}..., expected ${want:0:40}..."
+  echo "$SCENARIO: A's ${msg^^} carries its $len bytes of private data on the wire (tshark): ${got:0:32}..."
+}
+
 pass() { echo "PASS $SCENARIO in $((($(date +%s%N) - START_NS) / 1000000)) ms"; exit 0; }

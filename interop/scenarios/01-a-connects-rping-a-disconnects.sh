@@ -13,4 +13,5 @@ step "rping -s listening in B"
 "$IBCM_INTEROP" rping-client $P || fail "ibcm-interop rping-client"
 bctl wait -t 60 rping || fail "rping -s in B did not exit 0"
 check_capture REQ REP RTU DREQ DREP
+check_private_data dreq
 pass

@@ -11,4 +11,5 @@ step "rdma_server listening in B"
 "$IBCM_INTEROP" echo-client $P || fail "ibcm-interop echo-client"
 bctl wait -t 60 server || fail "rdma_server in B did not exit 0"
 check_capture REQ REP RTU DREQ DREP
+check_private_data drep
 pass

@@ -10,4 +10,5 @@ scenario_start
 IBCM_HOOK_LISTENING=$(hook listening) "$IBCM_INTEROP" echo-server $P || fail "ibcm-interop echo-server"
 bctl wait -t 60 client || fail "rdma_client in B did not exit 0"
 check_capture REQ REP RTU DREQ DREP
+check_private_data drep
 pass

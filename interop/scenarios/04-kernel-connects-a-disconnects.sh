@@ -10,4 +10,5 @@ scenario_start
 IBCM_HOOK_LISTENING=$(hook listening) "$IBCM_INTEROP" msg-server $P || fail "ibcm-interop msg-server"
 bctl wait -t 60 ucmatose || fail "ucmatose in B did not exit 0"
 check_capture REQ REP RTU DREQ DREP
+check_private_data dreq
 pass
