@@ -91,7 +91,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
     if let Some(timer) = l.inner.timewait_timer.take() {
         cancel_timer(timer);
     }
-    l.inner.private_data = Vec::new();
+    l.inner.private_data = Box::default();
     let local_id = l.inner.local_id;
     drop(l);
     {

@@ -33,7 +33,7 @@ pub fn send_untracked(l: &Locked, mad: &Mad) -> CmResult {
 /// Sends `mad` as the id's tracked MAD: resent every `timeout_ms` up to
 /// `max_cm_retries` times while the id stays in `sent_in`, then reported as an
 /// error event. Replaces (cancels) any earlier tracked MAD.
-pub fn send_tracked(l: &mut Locked, mad: Box<Mad>, sent_in: ib_cm_state) -> CmResult {
+pub fn send_tracked(l: &mut Locked, mad: Mad, sent_in: ib_cm_state) -> CmResult {
     cancel_msg(l);
     let av = l.inner.av;
     l.id.device.send(av.port_num, &av.addr, &mad)?;
@@ -41,14 +41,14 @@ pub fn send_tracked(l: &mut Locked, mad: Box<Mad>, sent_in: ib_cm_state) -> CmRe
         (IB_CM_DREQ_SENT, Some(bound)) => bound,
         _ => (l.inner.timeout_ms, l.inner.max_cm_retries),
     };
-    l.inner.msg = Some(TrackedMsg {
+    l.inner.msg = Some(Box::new(TrackedMsg {
         mad,
         av,
         sent_in,
         retries_left: retries,
         timeout_ms,
         timer: arm_retransmit(l, timeout_ms),
-    });
+    }));
     Ok(())
 }
 

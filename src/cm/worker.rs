@@ -38,8 +38,8 @@ pub enum Work {
 pub enum TimerWork {
     /// The tracked MAD of `id` timed out: resend it or report the error.
     Retransmit(Weak<CmIdPriv>),
-    /// Timewait of `id` (entry number `generation`) is over.
-    TimewaitExit(Weak<CmIdPriv>, u64),
+    /// Timewait of `id` is over.
+    TimewaitExit(Weak<CmIdPriv>),
 }
 
 #[derive(Default)]
@@ -145,9 +145,9 @@ fn run() {
                     send::retransmit_handler(&id, timer);
                 }
             }
-            Next::Timer(_, TimerWork::TimewaitExit(id, generation)) => {
+            Next::Timer(timer, TimerWork::TimewaitExit(id)) => {
                 if let Some(id) = id.upgrade() {
-                    timewait::timewait_handler(&id, generation);
+                    timewait::timewait_handler(&id, timer);
                 }
             }
             Next::Work(Work::Recv {
