@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Weak};
 
@@ -16,11 +16,48 @@ use super::id::CmIdPriv;
 /// First service ID handed out for `IB_CM_ASSIGN_SERVICE_ID`.
 const FIRST_ASSIGNED_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
 
+/// Hashes keys the library picks itself (local comm IDs, addresses): one
+/// multiply and a fold instead of SipHash, on the two tables every MAD and
+/// every C call looks in. A peer chooses only what is looked up in them, never
+/// what is stored, so it cannot make the tables collide. Tables keyed by what
+/// peers send keep the std hasher and its random key.
+#[derive(Default)]
+pub struct OwnKeyHasher(u64);
+
+impl Hasher for OwnKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing; the fold brings the well-mixed high half down to
+        // the low bits that pick the bucket (addresses end in zero bits).
+        let h = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type OwnKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<OwnKeyHasher>>;
+
 pub struct Tables {
     /// local comm ID → id (`cm.local_id_table`).
-    pub local: HashMap<u32, Arc<CmIdPriv>>,
+    pub local: OwnKeyMap<u32, Arc<CmIdPriv>>,
     /// The address C knows an id by → id: how a C pointer is checked before use.
-    pub by_addr: HashMap<usize, Arc<CmIdPriv>>,
+    pub by_addr: OwnKeyMap<usize, Arc<CmIdPriv>>,
     /// (device address, service ID) → listener (`cm.listen_service_table`).
     pub listen: HashMap<(usize, u64), Arc<CmIdPriv>>,
     /// (remote comm ID, remote CA GUID) → id (`cm.remote_id_table`).
@@ -41,8 +78,8 @@ pub struct Tables {
 static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
     let random = RandomState::new().build_hasher().finish();
     Mutex::new(Tables {
-        local: HashMap::new(),
-        by_addr: HashMap::new(),
+        local: OwnKeyMap::default(),
+        by_addr: OwnKeyMap::default(),
         listen: HashMap::new(),
         remote_id: HashMap::new(),
         remote_qpn: HashMap::new(),
