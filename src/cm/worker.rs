@@ -7,6 +7,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Once, Weak};
 use std::time::{Duration, Instant};
 
@@ -96,7 +97,8 @@ pub fn cancel_timer(timer: TimerId) {
 /// (queued work items, armed timers): both zero when the library is idle.
 pub fn pending() -> (usize, usize) {
     let queue = QUEUE.0.lock();
-    (queue.work.len(), queue.timers.len())
+    let taken = TAKEN.load(Ordering::Relaxed);
+    (queue.work.len() + taken, queue.timers.len())
 }
 
 /// True while the calling thread runs the handler of the id at `addr`.
@@ -114,22 +116,30 @@ fn start() {
     });
 }
 
-enum Next {
-    Timer(TimerId, TimerWork),
-    Work(Work),
-}
+/// Work items taken per turn of the queue lock: fewer lock round trips with
+/// the threads that queue work, and due timers still run between batches.
+const BATCH: usize = 64;
+
+/// Items the worker took from the queue and has not started yet: still
+/// queued as far as `pending()` is concerned.
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
 
 fn run() {
     let (queue, ready) = &*QUEUE;
+    let mut timers = Vec::new();
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
-        let next = {
+        {
             let mut q = queue.lock();
             loop {
-                if let Some((timer, work)) = q.timers.pop_due(Instant::now()) {
-                    break Next::Timer(timer, work);
+                let now = Instant::now();
+                while let Some(due) = q.timers.pop_due(now) {
+                    timers.push(due);
                 }
-                if let Some(work) = q.work.pop_front() {
-                    break Next::Work(work);
+                let n = q.work.len().min(BATCH);
+                batch.extend(q.work.drain(..n));
+                if !timers.is_empty() || !batch.is_empty() {
+                    break;
                 }
                 match q.timers.next_deadline() {
                     Some(deadline) => {
@@ -138,25 +148,37 @@ fn run() {
                     None => ready.wait(&mut q),
                 }
             }
-        };
-        match next {
-            Next::Timer(timer, TimerWork::Retransmit(id)) => {
-                if let Some(id) = id.upgrade() {
-                    send::retransmit_handler(&id, timer);
-                }
+            TAKEN.store(batch.len(), Ordering::Relaxed);
+        }
+        for (timer, work) in timers.drain(..) {
+            fire(timer, work);
+        }
+        for work in batch.drain(..) {
+            TAKEN.fetch_sub(1, Ordering::Relaxed);
+            match work {
+                Work::Recv {
+                    device,
+                    port,
+                    addr,
+                    mad,
+                } => recv::recv_handler(&device, port, addr, mad),
+                Work::Deliver { id, event } => deliver(&id, &event),
             }
-            Next::Timer(timer, TimerWork::TimewaitExit(id)) => {
-                if let Some(id) = id.upgrade() {
-                    timewait::timewait_handler(&id, timer);
-                }
+        }
+    }
+}
+
+fn fire(timer: TimerId, work: TimerWork) {
+    match work {
+        TimerWork::Retransmit(id) => {
+            if let Some(id) = id.upgrade() {
+                send::retransmit_handler(&id, timer);
             }
-            Next::Work(Work::Recv {
-                device,
-                port,
-                addr,
-                mad,
-            }) => recv::recv_handler(&device, port, addr, mad),
-            Next::Work(Work::Deliver { id, event }) => deliver(&id, &event),
+        }
+        TimerWork::TimewaitExit(id) => {
+            if let Some(id) = id.upgrade() {
+                timewait::timewait_handler(&id, timer);
+            }
         }
     }
 }
