@@ -64,10 +64,10 @@ pub struct Av {
 }
 
 /// The one tracked, retransmitted MAD of an id (`cm_id_priv->msg`). Boxed in
-/// `CmIdInner` with the MAD inline: one allocation while a MAD is
-/// outstanding, one pointer in an id that has none (most live ids).
+/// `CmIdInner`: one pointer in an id that has none outstanding (most live
+/// ids). The MAD is shared with the copy in flight on the in-process fabric.
 pub struct TrackedMsg {
-    pub mad: Mad,
+    pub mad: Arc<Mad>,
     pub av: Av,
     /// The state the id was in when this MAD was sent; it is retransmitted and
     /// its timeout reported only while the id stays there.

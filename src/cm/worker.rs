@@ -27,7 +27,7 @@ pub enum Work {
         device: Arc<Device>,
         port: u8,
         addr: MadAddr,
-        mad: Box<Mad>,
+        mad: Arc<Mad>,
     },
     Deliver {
         id: Arc<CmIdPriv>,
@@ -64,7 +64,7 @@ fn push(work: Work) {
 }
 
 /// Queues a received MAD.
-pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>) {
+pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     push(Work::Recv {
         device,
         port,

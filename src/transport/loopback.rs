@@ -172,8 +172,10 @@ fn take_one(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16) -> bool {
     }
 }
 
-impl MadTransport for LoopTransport {
-    fn send(&self, _port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+impl LoopTransport {
+    /// Puts `mad` on the fabric. A MAD crosses it unchanged, so the receiver
+    /// gets `shared`, the sender's own buffer, when there is one.
+    fn transmit(&self, addr: &MadAddr, mad: &Mad, shared: Option<&Arc<Mad>>) -> CmResult {
         let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
         if take_one(&self.failures, attr_id) {
             return Err(ENETDOWN);
@@ -201,10 +203,24 @@ impl MadTransport for LoopTransport {
             traffic_class: addr.traffic_class,
             flow_label: addr.flow_label,
         };
+        if copies == 0 {
+            return Ok(());
+        }
+        let mad = shared.cloned().unwrap_or_else(|| Arc::new(*mad));
         for _ in 0..copies {
-            recv(1, reply, Box::new(*mad));
+            recv(1, reply, mad.clone());
         }
         Ok(())
+    }
+}
+
+impl MadTransport for LoopTransport {
+    fn send(&self, _port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        self.transmit(addr, mad, None)
+    }
+
+    fn send_shared(&self, _port_num: u8, addr: &MadAddr, mad: &Arc<Mad>) -> CmResult {
+        self.transmit(addr, mad, Some(mad))
     }
 
     fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
