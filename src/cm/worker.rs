@@ -84,14 +84,23 @@ pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
 /// Arms a timer `after` from now.
 pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
     start();
+    let deadline = Instant::now() + after;
     let (queue, ready) = &*QUEUE;
-    let id = queue.lock().timers.arm(Instant::now() + after, work);
-    ready.notify_one();
+    let mut q = queue.lock();
+    // The worker sleeps until the earliest deadline at most: it needs waking
+    // only for a timer that comes before that.
+    let sooner = q.timers.next_deadline().is_none_or(|next| deadline < next);
+    let id = q.timers.arm(deadline, work);
+    drop(q);
+    if sooner {
+        ready.notify_one();
+    }
     id
 }
 
 pub fn cancel_timer(timer: TimerId) {
-    QUEUE.0.lock().timers.cancel(timer);
+    // The payload (a weak id reference) is dropped after the lock.
+    let _payload = QUEUE.0.lock().timers.cancel(timer);
 }
 
 /// (queued work items, armed timers): both zero when the library is idle.
