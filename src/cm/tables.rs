@@ -56,8 +56,6 @@ type OwnKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<OwnKeyHasher>>;
 pub struct Tables {
     /// local comm ID → id (`cm.local_id_table`).
     pub local: OwnKeyMap<u32, Arc<CmIdPriv>>,
-    /// The address C knows an id by → id: how a C pointer is checked before use.
-    pub by_addr: OwnKeyMap<usize, Arc<CmIdPriv>>,
     /// (device address, service ID) → listener (`cm.listen_service_table`).
     pub listen: HashMap<(usize, u64), Arc<CmIdPriv>>,
     /// (remote comm ID, remote CA GUID) → id (`cm.remote_id_table`).
@@ -79,7 +77,6 @@ static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
     let random = RandomState::new().build_hasher().finish();
     Mutex::new(Tables {
         local: OwnKeyMap::default(),
-        by_addr: OwnKeyMap::default(),
         listen: HashMap::new(),
         remote_id: HashMap::new(),
         remote_qpn: HashMap::new(),
@@ -93,6 +90,25 @@ static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
 
 pub fn tables() -> MutexGuard<'static, Tables> {
     TABLES.lock()
+}
+
+const ADDRESS_SHARDS: usize = 16;
+
+type Addresses = OwnKeyMap<usize, Arc<CmIdPriv>>;
+
+/// The address C knows an id by → id: how a C pointer is checked before use.
+/// Apart from `Tables`, and split by address, because every C call looks
+/// here: the application's threads and the handlers on the worker then rarely
+/// wait for each other, or for the worker's MAD lookups. Leaf locks: taken
+/// under the table lock or none.
+static ADDRESSES: LazyLock<[Mutex<Addresses>; ADDRESS_SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+
+/// The shard of the address table that holds `addr`.
+pub fn addresses(addr: usize) -> MutexGuard<'static, Addresses> {
+    // Ids are allocations of a few hundred bytes: bits above the lowest few
+    // differ between neighbours.
+    ADDRESSES[(addr >> 8) % ADDRESS_SHARDS].lock()
 }
 
 impl Tables {
@@ -112,7 +128,7 @@ impl Tables {
     /// Makes `id` findable by its local comm ID and by its C address.
     pub fn insert_id(&mut self, local_id: u32, id: &Arc<CmIdPriv>) {
         self.local.insert(local_id, id.clone());
-        self.by_addr.insert(id.addr(), id.clone());
+        addresses(id.addr()).insert(id.addr(), id.clone());
     }
 
     /// `cm_acquire_id()`: the id with `local_id` whose remote comm ID is
