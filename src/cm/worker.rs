@@ -143,12 +143,13 @@ static PUSHED: AtomicUsize = AtomicUsize::new(0);
 /// this window finds the worker awake.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// Spins until work is queued or `SPIN` has passed.
+/// Polls until work is queued or `SPIN` has passed. It yields rather than
+/// spins: the thread the last handler woke is often queued on this very CPU.
 fn spin_for_work() {
     let seen = PUSHED.load(Ordering::Acquire);
     let until = Instant::now() + SPIN;
     while PUSHED.load(Ordering::Acquire) == seen && Instant::now() < until {
-        std::hint::spin_loop();
+        std::thread::yield_now();
     }
 }
 
