@@ -10,7 +10,7 @@ use super::id::CmIdPriv;
 use super::rej::send_rej_locked;
 use super::send::cancel_msg;
 use super::sidr::reject_sidr_req_locked;
-use super::tables::tables;
+use super::tables::{addresses, tables};
 use super::timewait::{enter_timewait, remove_remote};
 use super::worker::{cancel_timer, in_handler_of};
 use crate::abi::ib_cm_rej_reason::{IB_CM_REJ_CONSUMER_DEFINED, IB_CM_REJ_TIMEOUT};
@@ -91,15 +91,15 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
     if let Some(timer) = l.inner.timewait_timer.take() {
         cancel_timer(timer);
     }
-    l.inner.private_data = Vec::new();
+    l.inner.private_data = Box::default();
     let local_id = l.inner.local_id;
     drop(l);
     {
         // After this no MAD finds the id: a retransmitted DREQ gets a
         // stateless DREP.
         let mut t = tables();
+        addresses(id.addr()).remove(&id.addr());
         t.local.remove(&local_id);
-        t.by_addr.remove(&id.addr());
     }
     id.device.ids.fetch_sub(1, Ordering::AcqRel);
 }

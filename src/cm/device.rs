@@ -206,10 +206,26 @@ impl Device {
 
     /// Sends one MAD; counted in `cm_tx_msgs` once the transport took it.
     pub fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        self.send_with(port_num, addr, mad, |t| t.send(port_num, addr, mad))
+    }
+
+    /// Sends a MAD this side keeps for retransmission: the in-process fabric
+    /// hands the same buffer to the receiver instead of a copy.
+    pub fn send_shared(&self, port_num: u8, addr: &MadAddr, mad: &Arc<Mad>) -> CmResult {
+        self.send_with(port_num, addr, mad, |t| t.send_shared(port_num, addr, mad))
+    }
+
+    fn send_with(
+        &self,
+        port_num: u8,
+        addr: &MadAddr,
+        mad: &Mad,
+        send: impl FnOnce(&dyn MadTransport) -> CmResult,
+    ) -> CmResult {
         if crate::pcap::enabled() {
             crate::pcap::record(&self.source_gid(port_num, addr.sgid_index), &addr.dgid, mad);
         }
-        self.transport.send(port_num, addr, mad)?;
+        send(&*self.transport)?;
         self.count(port_num, Counter::TxMsgs, mad_attr_id(mad));
         Ok(())
     }

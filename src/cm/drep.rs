@@ -28,7 +28,7 @@ pub fn send_drep_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
     if l.state() != IB_CM_DREQ_RCVD {
         return Err(EINVAL);
     }
-    l.inner.private_data = private_data.to_vec();
+    l.inner.private_data = private_data.into();
     enter_timewait(l);
     let drep = Drep {
         local_comm_id: l.inner.local_id,

@@ -46,7 +46,7 @@ pub fn send_dreq_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
         return Err(EINVAL);
     }
     cancel_outstanding_lap(l);
-    let mad = Box::new(format_dreq(l, private_data));
+    let mad = format_dreq(l, private_data);
     if let Err(e) = send_tracked(l, mad, IB_CM_DREQ_SENT) {
         // The kernel's contract: a DREQ that cannot be sent still ends the
         // connection.

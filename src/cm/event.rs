@@ -14,7 +14,7 @@ pub struct CmEvent {
     pub param: EventParam,
     /// The received MAD, when the event came from one: `private_data` points
     /// into it, as in the kernel.
-    pub mad: Option<Box<Mad>>,
+    pub mad: Option<Arc<Mad>>,
     /// The private data's byte range in `mad`.
     pub private_data: Option<std::ops::Range<usize>>,
 }
@@ -34,7 +34,7 @@ impl CmEvent {
     pub fn with_private_data(
         event: ib_cm_event_type,
         param: EventParam,
-        mad: Box<Mad>,
+        mad: Arc<Mad>,
         range: std::ops::Range<usize>,
     ) -> Self {
         Self {

@@ -15,7 +15,7 @@ pub fn receive(device: &Arc<Device>, from: MadAddr, bytes: &[u8]) {
     let mut mad: Mad = [0; MAD_SIZE];
     let n = bytes.len().min(MAD_SIZE);
     mad[..n].copy_from_slice(&bytes[..n]);
-    recv_handler(device, 1, from, Box::new(mad));
+    recv_handler(device, 1, from, Arc::new(mad));
 }
 
 /// The address a loop device's MADs come from (to make `receive` look like

@@ -63,9 +63,11 @@ pub struct Av {
     pub rate: u8,
 }
 
-/// The one tracked, retransmitted MAD of an id (`cm_id_priv->msg`).
+/// The one tracked, retransmitted MAD of an id (`cm_id_priv->msg`). Boxed in
+/// `CmIdInner`: one pointer in an id that has none outstanding (most live
+/// ids). The MAD is shared with the copy in flight on the in-process fabric.
 pub struct TrackedMsg {
-    pub mad: Box<Mad>,
+    pub mad: Arc<Mad>,
     pub av: Av,
     /// The state the id was in when this MAD was sent; it is retransmitted and
     /// its timeout reported only while the id stays there.
@@ -111,13 +113,12 @@ pub struct CmIdInner {
     /// remote-id / remote-QPN tables (`*_linked`) until timewait or idle.
     pub has_timewait_info: bool,
     /// Private data kept for re-sending an RTU or DREP.
-    pub private_data: Vec<u8>,
-    pub msg: Option<TrackedMsg>,
+    pub private_data: Box<[u8]>,
+    pub msg: Option<Box<TrackedMsg>>,
     pub remote_id_linked: bool,
     pub remote_qpn_linked: bool,
-    /// Bumped on every timewait entry; a timewait timer fires only for the
-    /// entry that armed it.
-    pub timewait_gen: u64,
+    /// The timer of the current timewait: a timewait timer fires only if it
+    /// is still this one (not one of an earlier timewait).
     pub timewait_timer: Option<TimerId>,
     /// Listener sharing count (`listen_sharecount`).
     pub listen_sharecount: u32,

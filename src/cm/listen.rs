@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::device::Device;
 use super::id::{CmIdPriv, Handler};
-use super::tables::tables;
+use super::tables::{addresses, tables};
 use super::{forget_unfinalized, new_id};
 use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN};
 use crate::errno::{CmResult, EBUSY, EINVAL};
@@ -83,7 +83,7 @@ pub fn insert_listen(
             continue;
         }
         t.listen.insert(key, id.clone());
-        t.by_addr.insert(id.addr(), id.clone());
+        addresses(id.addr()).insert(id.addr(), id.clone());
         drop(t);
         l.set_service_id(service_id);
         l.inner.listen_sharecount = 1;

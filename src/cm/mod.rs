@@ -102,7 +102,7 @@ fn create_child_id(listener: &Arc<CmIdPriv>) -> Arc<CmIdPriv> {
 /// The live id C knows by `addr`; `None` for anything else, including a
 /// destroyed id.
 pub fn lookup_id(addr: usize) -> Option<Arc<CmIdPriv>> {
-    tables().by_addr.get(&addr).cloned()
+    tables::addresses(addr).get(&addr).cloned()
 }
 
 /// `ibcm_open_device()`.

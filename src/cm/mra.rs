@@ -38,7 +38,7 @@ pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
         }
         _ => return Err(EINVAL),
     }
-    l.inner.private_data.clear();
+    l.inner.private_data = Box::default();
     Ok(())
 }
 

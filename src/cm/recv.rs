@@ -18,7 +18,7 @@ pub struct Received {
     /// The address to reply to.
     pub addr: MadAddr,
     pub tid: u64,
-    pub mad: Box<Mad>,
+    pub mad: Arc<Mad>,
 }
 
 impl Received {
@@ -65,7 +65,7 @@ fn malformed(device: &Device, port: u8) {
 
 /// Dispatches one received MAD. Anything that is not a well-formed CM MAD of a
 /// handled attribute is dropped.
-pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>) {
+pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     if crate::pcap::enabled() {
         crate::pcap::record(&addr.dgid, &device.source_gid(port, addr.sgid_index), &mad);
     }

@@ -63,14 +63,14 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
         private_data: pd_array(&p.private_data),
         ..Rep::default()
     };
-    let mad = Box::new(rep.encode(l.inner.tid));
+    let mad = rep.encode(l.inner.tid);
     send_tracked(&mut l, mad, IB_CM_REP_SENT)?;
     l.set_state(IB_CM_REP_SENT);
     l.inner.initiator_depth = p.initiator_depth;
     l.inner.responder_resources = p.responder_resources;
     l.inner.rq_psn = rep.starting_psn;
     l.inner.local_qpn = rep.local_qpn;
-    l.inner.private_data = p.private_data.clone();
+    l.inner.private_data = p.private_data.as_slice().into();
     Ok(())
 }
 

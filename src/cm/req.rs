@@ -190,7 +190,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     l.inner.local_qpn = req.local_qpn;
     l.inner.rq_psn = req.starting_psn;
     l.inner.has_timewait_info = true;
-    if let Err(e) = send_tracked(&mut l, Box::new(req.encode(tid)), IB_CM_REQ_SENT) {
+    if let Err(e) = send_tracked(&mut l, req.encode(tid), IB_CM_REQ_SENT) {
         l.inner.has_timewait_info = false;
         return Err(e);
     }

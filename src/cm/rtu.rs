@@ -33,7 +33,7 @@ pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
     };
     send_untracked(&l, &rtu.encode(l.inner.tid))?;
     l.set_state(IB_CM_ESTABLISHED);
-    l.inner.private_data = private_data.to_vec();
+    l.inner.private_data = private_data.into();
     Ok(())
 }
 

@@ -33,22 +33,23 @@ pub fn send_untracked(l: &Locked, mad: &Mad) -> CmResult {
 /// Sends `mad` as the id's tracked MAD: resent every `timeout_ms` up to
 /// `max_cm_retries` times while the id stays in `sent_in`, then reported as an
 /// error event. Replaces (cancels) any earlier tracked MAD.
-pub fn send_tracked(l: &mut Locked, mad: Box<Mad>, sent_in: ib_cm_state) -> CmResult {
+pub fn send_tracked(l: &mut Locked, mad: Mad, sent_in: ib_cm_state) -> CmResult {
     cancel_msg(l);
     let av = l.inner.av;
-    l.id.device.send(av.port_num, &av.addr, &mad)?;
+    let mad = Arc::new(mad);
+    l.id.device.send_shared(av.port_num, &av.addr, &mad)?;
     let (timeout_ms, retries) = match (sent_in, l.inner.disconnect_timeout) {
         (IB_CM_DREQ_SENT, Some(bound)) => bound,
         _ => (l.inner.timeout_ms, l.inner.max_cm_retries),
     };
-    l.inner.msg = Some(TrackedMsg {
+    l.inner.msg = Some(Box::new(TrackedMsg {
         mad,
         av,
         sent_in,
         retries_left: retries,
         timeout_ms,
         timer: arm_retransmit(l, timeout_ms),
-    });
+    }));
     Ok(())
 }
 
@@ -95,7 +96,11 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
         // A failed resend is one more lost MAD; the next timeout handles it.
-        if id.device.send(av.port_num, &av.addr, &msg.mad).is_ok() {
+        if id
+            .device
+            .send_shared(av.port_num, &av.addr, &msg.mad)
+            .is_ok()
+        {
             let attr_id = super::device::mad_attr_id(&msg.mad);
             id.device.count(av.port_num, Counter::TxRetries, attr_id);
         }

@@ -63,7 +63,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
         service_id: p.service_id,
         private_data: pd_array(&p.private_data),
     };
-    let mad = Box::new(req.encode(form_tid(id.device.hi_tid, l.inner.local_id)));
+    let mad = req.encode(form_tid(id.device.hi_tid, l.inner.local_id));
     send_tracked(&mut l, mad, IB_CM_SIDR_REQ_SENT)?;
     l.set_state(IB_CM_SIDR_REQ_SENT);
     Ok(())

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Weak};
 
@@ -16,11 +16,46 @@ use super::id::CmIdPriv;
 /// First service ID handed out for `IB_CM_ASSIGN_SERVICE_ID`.
 const FIRST_ASSIGNED_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
 
+/// Hashes keys the library picks itself (local comm IDs, addresses): one
+/// multiply and a fold instead of SipHash, on the two tables every MAD and
+/// every C call looks in. A peer chooses only what is looked up in them, never
+/// what is stored, so it cannot make the tables collide. Tables keyed by what
+/// peers send keep the std hasher and its random key.
+#[derive(Default)]
+pub struct OwnKeyHasher(u64);
+
+impl Hasher for OwnKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing; the fold brings the well-mixed high half down to
+        // the low bits that pick the bucket (addresses end in zero bits).
+        let h = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type OwnKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<OwnKeyHasher>>;
+
 pub struct Tables {
     /// local comm ID → id (`cm.local_id_table`).
-    pub local: HashMap<u32, Arc<CmIdPriv>>,
-    /// The address C knows an id by → id: how a C pointer is checked before use.
-    pub by_addr: HashMap<usize, Arc<CmIdPriv>>,
+    pub local: OwnKeyMap<u32, Arc<CmIdPriv>>,
     /// (device address, service ID) → listener (`cm.listen_service_table`).
     pub listen: HashMap<(usize, u64), Arc<CmIdPriv>>,
     /// (remote comm ID, remote CA GUID) → id (`cm.remote_id_table`).
@@ -41,8 +76,7 @@ pub struct Tables {
 static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
     let random = RandomState::new().build_hasher().finish();
     Mutex::new(Tables {
-        local: HashMap::new(),
-        by_addr: HashMap::new(),
+        local: OwnKeyMap::default(),
         listen: HashMap::new(),
         remote_id: HashMap::new(),
         remote_qpn: HashMap::new(),
@@ -56,6 +90,25 @@ static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
 
 pub fn tables() -> MutexGuard<'static, Tables> {
     TABLES.lock()
+}
+
+const ADDRESS_SHARDS: usize = 16;
+
+type Addresses = OwnKeyMap<usize, Arc<CmIdPriv>>;
+
+/// The address C knows an id by → id: how a C pointer is checked before use.
+/// Apart from `Tables`, and split by address, because every C call looks
+/// here: the application's threads and the handlers on the worker then rarely
+/// wait for each other, or for the worker's MAD lookups. Leaf locks: taken
+/// under the table lock or none.
+static ADDRESSES: LazyLock<[Mutex<Addresses>; ADDRESS_SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+
+/// The shard of the address table that holds `addr`.
+pub fn addresses(addr: usize) -> MutexGuard<'static, Addresses> {
+    // Ids are allocations of a few hundred bytes: bits above the lowest few
+    // differ between neighbours.
+    ADDRESSES[(addr >> 8) % ADDRESS_SHARDS].lock()
 }
 
 impl Tables {
@@ -75,7 +128,7 @@ impl Tables {
     /// Makes `id` findable by its local comm ID and by its C address.
     pub fn insert_id(&mut self, local_id: u32, id: &Arc<CmIdPriv>) {
         self.local.insert(local_id, id.clone());
-        self.by_addr.insert(id.addr(), id.clone());
+        addresses(id.addr()).insert(id.addr(), id.clone());
     }
 
     /// `cm_acquire_id()`: the id with `local_id` whose remote comm ID is

@@ -11,6 +11,7 @@ use super::tables::tables;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::IB_CM_TIMEWAIT_EXIT;
 use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_TIMEWAIT};
+use crate::timer::TimerId;
 
 /// `cm_remove_remote()`: the connection leaves the remote-id and remote-QPN
 /// tables, so stale-connection and duplicate-REQ checks no longer see it.
@@ -32,12 +33,11 @@ pub fn enter_timewait(l: &mut Locked) {
     remove_remote(l);
     l.inner.has_timewait_info = false;
     l.set_state(IB_CM_TIMEWAIT);
-    l.inner.timewait_gen += 1;
     if let Some(timer) = l.inner.timewait_timer.take() {
         cancel_timer(timer);
     }
     let wait = Duration::from_millis(u64::from(convert_to_ms(l.inner.av.timeout)));
-    let work = TimerWork::TimewaitExit(l.id.me.clone(), l.inner.timewait_gen);
+    let work = TimerWork::TimewaitExit(l.id.me.clone());
     l.inner.timewait_timer = Some(arm_timer(wait, work));
 }
 
@@ -50,10 +50,10 @@ pub fn reset_to_idle(l: &mut Locked) {
 }
 
 /// Timewait is over (`cm_timewait_handler`): IDLE and `IB_CM_TIMEWAIT_EXIT`,
-/// if the id is still in the timewait that armed the timer.
-pub fn timewait_handler(id: &Arc<CmIdPriv>, generation: u64) {
+/// if the id is still in the timewait that armed `timer`.
+pub fn timewait_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     let mut l = id.lock();
-    if l.state() != IB_CM_TIMEWAIT || l.inner.timewait_gen != generation {
+    if l.state() != IB_CM_TIMEWAIT || l.inner.timewait_timer != Some(timer) {
         return;
     }
     l.inner.timewait_timer = None;

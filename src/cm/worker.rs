@@ -7,10 +7,11 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Once, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::device::Device;
 use super::event::CmEvent;
@@ -26,7 +27,7 @@ pub enum Work {
         device: Arc<Device>,
         port: u8,
         addr: MadAddr,
-        mad: Box<Mad>,
+        mad: Arc<Mad>,
     },
     Deliver {
         id: Arc<CmIdPriv>,
@@ -38,8 +39,8 @@ pub enum Work {
 pub enum TimerWork {
     /// The tracked MAD of `id` timed out: resend it or report the error.
     Retransmit(Weak<CmIdPriv>),
-    /// Timewait of `id` (entry number `generation`) is over.
-    TimewaitExit(Weak<CmIdPriv>, u64),
+    /// Timewait of `id` is over.
+    TimewaitExit(Weak<CmIdPriv>),
 }
 
 #[derive(Default)]
@@ -59,11 +60,12 @@ fn push(work: Work) {
     start();
     let (queue, ready) = &*QUEUE;
     queue.lock().work.push_back(work);
+    PUSHED.fetch_add(1, Ordering::Release);
     ready.notify_one();
 }
 
 /// Queues a received MAD.
-pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Box<Mad>) {
+pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     push(Work::Recv {
         device,
         port,
@@ -83,20 +85,30 @@ pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
 /// Arms a timer `after` from now.
 pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
     start();
+    let deadline = Instant::now() + after;
     let (queue, ready) = &*QUEUE;
-    let id = queue.lock().timers.arm(Instant::now() + after, work);
-    ready.notify_one();
+    let mut q = queue.lock();
+    // The worker sleeps until the earliest deadline at most: it needs waking
+    // only for a timer that comes before that.
+    let sooner = q.timers.next_deadline().is_none_or(|next| deadline < next);
+    let id = q.timers.arm(deadline, work);
+    drop(q);
+    if sooner {
+        ready.notify_one();
+    }
     id
 }
 
 pub fn cancel_timer(timer: TimerId) {
-    QUEUE.0.lock().timers.cancel(timer);
+    // The payload (a weak id reference) is dropped after the lock.
+    let _payload = QUEUE.0.lock().timers.cancel(timer);
 }
 
 /// (queued work items, armed timers): both zero when the library is idle.
 pub fn pending() -> (usize, usize) {
     let queue = QUEUE.0.lock();
-    (queue.work.len(), queue.timers.len())
+    let taken = TAKEN.load(Ordering::Relaxed);
+    (queue.work.len() + taken, queue.timers.len())
 }
 
 /// True while the calling thread runs the handler of the id at `addr`.
@@ -114,22 +126,55 @@ fn start() {
     });
 }
 
-enum Next {
-    Timer(TimerId, TimerWork),
-    Work(Work),
+/// Work items taken per turn of the queue lock: fewer lock round trips with
+/// the threads that queue work, and due timers still run between batches.
+const BATCH: usize = 64;
+
+/// Items the worker took from the queue and has not started yet: still
+/// queued as far as `pending()` is concerned.
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Work items ever queued: lets the worker watch for work without the lock.
+static PUSHED: AtomicUsize = AtomicUsize::new(0);
+
+/// How long the worker looks for more work before it sleeps. Waking a
+/// sleeping thread takes tens of µs where an idle (virtual) CPU halts, far
+/// more than handling a MAD; a request that follows its predecessor within
+/// this window finds the worker awake.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Polls until work is queued or `SPIN` has passed. It yields rather than
+/// spins: the thread the last handler woke is often queued on this very CPU.
+fn spin_for_work() {
+    let seen = PUSHED.load(Ordering::Acquire);
+    let until = Instant::now() + SPIN;
+    while PUSHED.load(Ordering::Acquire) == seen && Instant::now() < until {
+        std::thread::yield_now();
+    }
 }
 
 fn run() {
     let (queue, ready) = &*QUEUE;
+    let mut timers = Vec::new();
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
-        let next = {
+        {
             let mut q = queue.lock();
+            let mut spun = false;
             loop {
-                if let Some((timer, work)) = q.timers.pop_due(Instant::now()) {
-                    break Next::Timer(timer, work);
+                let now = Instant::now();
+                while let Some(due) = q.timers.pop_due(now) {
+                    timers.push(due);
                 }
-                if let Some(work) = q.work.pop_front() {
-                    break Next::Work(work);
+                let n = q.work.len().min(BATCH);
+                batch.extend(q.work.drain(..n));
+                if !timers.is_empty() || !batch.is_empty() {
+                    break;
+                }
+                if !spun {
+                    spun = true;
+                    MutexGuard::unlocked(&mut q, spin_for_work);
+                    continue;
                 }
                 match q.timers.next_deadline() {
                     Some(deadline) => {
@@ -138,25 +183,37 @@ fn run() {
                     None => ready.wait(&mut q),
                 }
             }
-        };
-        match next {
-            Next::Timer(timer, TimerWork::Retransmit(id)) => {
-                if let Some(id) = id.upgrade() {
-                    send::retransmit_handler(&id, timer);
-                }
+            TAKEN.store(batch.len(), Ordering::Relaxed);
+        }
+        for (timer, work) in timers.drain(..) {
+            fire(timer, work);
+        }
+        for work in batch.drain(..) {
+            TAKEN.fetch_sub(1, Ordering::Relaxed);
+            match work {
+                Work::Recv {
+                    device,
+                    port,
+                    addr,
+                    mad,
+                } => recv::recv_handler(&device, port, addr, mad),
+                Work::Deliver { id, event } => deliver(&id, &event),
             }
-            Next::Timer(_, TimerWork::TimewaitExit(id, generation)) => {
-                if let Some(id) = id.upgrade() {
-                    timewait::timewait_handler(&id, generation);
-                }
+        }
+    }
+}
+
+fn fire(timer: TimerId, work: TimerWork) {
+    match work {
+        TimerWork::Retransmit(id) => {
+            if let Some(id) = id.upgrade() {
+                send::retransmit_handler(&id, timer);
             }
-            Next::Work(Work::Recv {
-                device,
-                port,
-                addr,
-                mad,
-            }) => recv::recv_handler(&device, port, addr, mad),
-            Next::Work(Work::Deliver { id, event }) => deliver(&id, &event),
+        }
+        TimerWork::TimewaitExit(id) => {
+            if let Some(id) = id.upgrade() {
+                timewait::timewait_handler(&id, timer);
+            }
         }
     }
 }

@@ -74,15 +74,59 @@ fn fabric() -> &'static Mutex<HashMap<u32, RecvFn>> {
 /// One open loop device's transport.
 pub struct LoopTransport {
     me: LoopIdentity,
+    /// Behind one lock: every MAD sent consults all of it.
+    faults: Mutex<Faults>,
+}
+
+/// Fault injection and counts of one loop device.
+struct Faults {
     /// attribute ID → how many more MADs of it to drop.
-    drops: Mutex<HashMap<u16, u32>>,
+    drops: HashMap<u16, u32>,
     /// attribute ID → how many more sends of it fail with `-ENETDOWN` (tests
     /// of the kernel's send-failure branches).
-    failures: Mutex<HashMap<u16, u32>>,
+    failures: HashMap<u16, u32>,
     /// attribute ID → MADs handed to the fabric (dropped ones included).
-    sent: Mutex<HashMap<u16, u64>>,
-    /// Random loss: (drop %, duplicate %) of every MAD, and the generator.
-    loss: Mutex<(u32, u32, u64)>,
+    sent: HashMap<u16, u64>,
+    /// Random loss: percentages of MADs dropped and duplicated.
+    drop_percent: u32,
+    dup_percent: u32,
+    /// xorshift64* state: deterministic per device for reproducible soaks.
+    rng: u64,
+}
+
+impl Faults {
+    /// What becomes of the next MAD of `attr_id`: `-ENETDOWN`, or how many
+    /// copies of it reach the wire (0, 1 or 2).
+    fn next(&mut self, attr_id: u16) -> CmResult<u32> {
+        if take_one(&mut self.failures, attr_id) {
+            return Err(ENETDOWN);
+        }
+        *self.sent.entry(attr_id).or_default() += 1;
+        if take_one(&mut self.drops, attr_id) {
+            return Ok(0);
+        }
+        Ok(self.copies())
+    }
+
+    fn copies(&mut self) -> u32 {
+        let (drop, dup) = (self.drop_percent, self.dup_percent);
+        if drop == 0 && dup == 0 {
+            return 1;
+        }
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        let roll = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % 100;
+        if roll < u64::from(drop) {
+            0
+        } else if roll < u64::from(drop + dup).min(100) {
+            2
+        } else {
+            1
+        }
+    }
 }
 
 impl LoopTransport {
@@ -95,10 +139,14 @@ impl LoopTransport {
         fabric.insert(me.index, recv);
         Ok(Arc::new(Self {
             me,
-            drops: Mutex::new(HashMap::new()),
-            failures: Mutex::new(HashMap::new()),
-            sent: Mutex::new(HashMap::new()),
-            loss: Mutex::new((0, 0, 0x9e37_79b9_7f4a_7c15 ^ u64::from(me.index))),
+            faults: Mutex::new(Faults {
+                drops: HashMap::new(),
+                failures: HashMap::new(),
+                sent: HashMap::new(),
+                drop_percent: 0,
+                dup_percent: 0,
+                rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(me.index),
+            }),
         }))
     }
 
@@ -108,48 +156,24 @@ impl LoopTransport {
         if drop_percent > 100 || dup_percent > 100 {
             return Err(EINVAL);
         }
-        let mut loss = self.loss.lock();
-        loss.0 = drop_percent;
-        loss.1 = dup_percent;
+        let mut faults = self.faults.lock();
+        faults.drop_percent = drop_percent;
+        faults.dup_percent = dup_percent;
         Ok(())
-    }
-
-    /// How many copies of the next MAD reach the wire: 0, 1 or 2.
-    fn copies(&self) -> u32 {
-        let mut loss = self.loss.lock();
-        let (drop, dup) = (loss.0, loss.1);
-        if drop == 0 && dup == 0 {
-            return 1;
-        }
-        // xorshift64*: cheap, and deterministic per device for reproducible soaks.
-        let mut x = loss.2;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        loss.2 = x;
-        let roll = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % 100;
-        if roll < u64::from(drop) {
-            0
-        } else if roll < u64::from(drop + dup).min(100) {
-            2
-        } else {
-            1
-        }
     }
 
     /// The next `count` sends of `attr_id` fail with `-ENETDOWN`.
     pub fn fail_next(&self, attr_id: u16, count: u32) {
-        set_count(&self.failures, attr_id, count);
+        set_count(&mut self.faults.lock().failures, attr_id, count);
     }
 
     /// How many MADs of `attr_id` this device has sent, dropped ones included.
     pub fn sent(&self, attr_id: u16) -> u64 {
-        self.sent.lock().get(&attr_id).copied().unwrap_or(0)
+        self.faults.lock().sent.get(&attr_id).copied().unwrap_or(0)
     }
 }
 
-fn set_count(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16, count: u32) {
-    let mut counts = counts.lock();
+fn set_count(counts: &mut HashMap<u16, u32>, attr_id: u16, count: u32) {
     if count == 0 {
         counts.remove(&attr_id);
     } else {
@@ -158,8 +182,7 @@ fn set_count(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16, count: u32) {
 }
 
 /// Consumes one pending count for `attr_id`, if any.
-fn take_one(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16) -> bool {
-    let mut counts = counts.lock();
+fn take_one(counts: &mut HashMap<u16, u32>, attr_id: u16) -> bool {
     match counts.get_mut(&attr_id) {
         Some(n) if *n > 0 => {
             *n -= 1;
@@ -172,23 +195,21 @@ fn take_one(counts: &Mutex<HashMap<u16, u32>>, attr_id: u16) -> bool {
     }
 }
 
-impl MadTransport for LoopTransport {
-    fn send(&self, _port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+impl LoopTransport {
+    /// Puts `mad` on the fabric. A MAD crosses it unchanged, so the receiver
+    /// gets `shared`, the sender's own buffer, when there is one.
+    fn transmit(&self, addr: &MadAddr, mad: &Mad, shared: Option<&Arc<Mad>>) -> CmResult {
         let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
-        if take_one(&self.failures, attr_id) {
-            return Err(ENETDOWN);
-        }
-        *self.sent.lock().entry(attr_id).or_default() += 1;
-        if take_one(&self.drops, attr_id) {
-            return Ok(());
-        }
-        let copies = self.copies();
+        let copies = self.faults.lock().next(attr_id)?;
         let Some(dest) = LoopIdentity::from_gid(&addr.dgid) else {
             return Err(EINVAL);
         };
         let Some(recv) = fabric().lock().get(&dest.index).cloned() else {
             return Ok(()); // nobody there: lost, as on a wire
         };
+        if copies == 0 {
+            return Ok(());
+        }
         // What the receiver learns about the sender: the address to reply to.
         let reply = MadAddr {
             dlid: self.me.lid,
@@ -201,14 +222,25 @@ impl MadTransport for LoopTransport {
             traffic_class: addr.traffic_class,
             flow_label: addr.flow_label,
         };
+        let mad = shared.cloned().unwrap_or_else(|| Arc::new(*mad));
         for _ in 0..copies {
-            recv(1, reply, Box::new(*mad));
+            recv(1, reply, mad.clone());
         }
         Ok(())
     }
+}
+
+impl MadTransport for LoopTransport {
+    fn send(&self, _port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        self.transmit(addr, mad, None)
+    }
+
+    fn send_shared(&self, _port_num: u8, addr: &MadAddr, mad: &Arc<Mad>) -> CmResult {
+        self.transmit(addr, mad, Some(mad))
+    }
 
     fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
-        set_count(&self.drops, attr_id, count);
+        set_count(&mut self.faults.lock().drops, attr_id, count);
         Ok(())
     }
 

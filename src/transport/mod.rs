@@ -29,14 +29,21 @@ pub struct MadAddr {
 }
 
 /// Called by a transport for every MAD it receives: (port number, reply
-/// address, MAD).
-pub type RecvFn = Arc<dyn Fn(u8, MadAddr, Box<Mad>) + Send + Sync>;
+/// address, MAD). Shared, because on the in-process fabric the receiver gets
+/// the very buffer the sender keeps for retransmission.
+pub type RecvFn = Arc<dyn Fn(u8, MadAddr, Arc<Mad>) + Send + Sync>;
 
 /// One device's way to the wire.
 pub trait MadTransport: Send + Sync {
     /// Sends one MAD from `port_num` to `addr` (QP1, the GSI Q_Key). Never blocks
     /// on the peer.
     fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult;
+
+    /// Sends a MAD the sender keeps (a tracked MAD): a transport that hands
+    /// buffers over instead of copying them may share it.
+    fn send_shared(&self, port_num: u8, addr: &MadAddr, mad: &Arc<Mad>) -> CmResult {
+        self.send(port_num, addr, mad)
+    }
 
     /// Fault injection: drop the next `count` MADs of `attr_id` this device sends.
     fn drop_next(&self, _attr_id: u16, _count: u32) -> CmResult {

@@ -288,7 +288,7 @@ fn read_loop(lib: &Lib, fd: c_int, port_num: u8, stop: &AtomicBool, recv: &RecvF
             traffic_class: a.traffic_class,
             flow_label: u32::from_be(a.flow_label),
         };
-        recv(port_num, reply, Box::new(buf.data));
+        recv(port_num, reply, Arc::new(buf.data));
     }
 }
 

@@ -335,7 +335,7 @@ impl Raw {
         let me = LoopIdentity::from_name(&loop_name()).unwrap();
         let got: Arc<(Mutex<Vec<Mad>>, Condvar)> = Arc::default();
         let sink = Arc::downgrade(&got);
-        let recv: RecvFn = Arc::new(move |_, _, mad: Box<Mad>| {
+        let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
             if let Some(got) = Weak::upgrade(&sink) {
                 got.0.lock().push(*mad);
                 got.1.notify_all();
