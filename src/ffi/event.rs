@@ -300,7 +300,7 @@ mod tests {
         let ev = CmEvent::with_private_data(
             IB_CM_LAP_RECEIVED,
             EventParam::LapRcvd(Box::new(path)),
-            Box::new(lap.encode(1)),
+            Arc::new(lap.encode(1)),
             crate::wire::lap::CM_LAP_PRIVATE_DATA.mad_range(),
         );
         assert_eq!(call_c_handler(&id, &ev), 0);
@@ -321,7 +321,7 @@ mod tests {
                 ap_status: apr.ap_status,
                 info: start..start + 3,
             },
-            Box::new(apr.encode(1)),
+            Arc::new(apr.encode(1)),
             crate::wire::apr::CM_APR_PRIVATE_DATA.mad_range(),
         );
         assert_eq!(call_c_handler(&id, &ev), 0);
