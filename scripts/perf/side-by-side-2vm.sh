@@ -20,35 +20,8 @@
 # the ratios ours / kernel; raw outputs and the summary go to
 # build/perf/side-by-side-2vm/. The one-VM variant (client and server sharing
 # one vCPU) is side-by-side.sh.
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-N=1000 ROUNDS=3
-while getopts c:r:h opt; do
-  case $opt in
-    c) N=$OPTARG ;;
-    r) ROUNDS=$OPTARG ;;
-    *) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 2 ;;
-  esac
-done
-cd "$ROOT"
-OUT=$ROOT/build/perf/side-by-side-2vm
-rm -rf "$OUT"
-mkdir -p "$OUT/bin" "$OUT/lib"
-
-need=()
-command -v cmtime >/dev/null || need+=(rdmacm-utils)
-[ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-[ -x /usr/bin/time ] || need+=(time)
-if ((${#need[@]})); then
-  apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
-    { apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null; }
-fi
-softroce/setup.sh >/dev/null
-make -s c-build >/dev/null
-cp -L build/stage/lib/libib_cm.so.0 "$OUT/lib/libib_cm.so.0"
-cp build/c/ibcm-cmtime "$OUT/bin/ibcm-cmtime"
-cc -O2 -Wall -Wextra -Werror -o "$OUT/bin/rdmacm-cmtime-noqp" tools/rdmacm-cmtime-noqp.c -lrdmacm -lpthread
-{ git -C "$ROOT" rev-parse --short HEAD; git -C "$ROOT" status --short; } > "$OUT/commit" 2>/dev/null || true
+USAGE=2,22 OUT_NAME=side-by-side-2vm
+. "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 
 # Shell functions for VM A's command: the agent in B, and waiting for B's
 # kernel listener (rdma res) or ibcm-cmtime server (its log).

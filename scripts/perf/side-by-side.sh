@@ -23,39 +23,9 @@
 #
 # Everything runs under QEMU TCG (no KVM here) on one vCPU: absolute numbers
 # are slow, only ratios measured in the same conditions mean anything. What
-# is and is not like-for-like: see scripts/perf/RESULTS.md.
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-N=1000 ROUNDS=3
-while getopts c:r:h opt; do
-  case $opt in
-    c) N=$OPTARG ;;
-    r) ROUNDS=$OPTARG ;;
-    *) sed -n '2,26s/^# \{0,1\}//p' "$0"; exit 2 ;;
-  esac
-done
-cd "$ROOT"
-OUT=$ROOT/build/perf/side-by-side
-rm -rf "$OUT"
-mkdir -p "$OUT/bin" "$OUT/lib"
-
-need=()
-command -v cmtime >/dev/null || need+=(rdmacm-utils)
-[ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-[ -x /usr/bin/time ] || need+=(time)
-if ((${#need[@]})); then
-  apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
-    { apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null; }
-fi
-[ -f build/softroce/kernel/version ] || softroce/setup.sh
-make -s c-build >/dev/null
-# A snapshot of the library and the tools: the runs must not change under us
-# if someone rebuilds build/stage meanwhile (the tool's RUNPATH gives way to
-# LD_LIBRARY_PATH).
-cp -L build/stage/lib/libib_cm.so.0 "$OUT/lib/libib_cm.so.0"
-cp build/c/ibcm-cmtime "$OUT/bin/ibcm-cmtime"
-cc -O2 -Wall -Wextra -Werror -o "$OUT/bin/rdmacm-cmtime-noqp" tools/rdmacm-cmtime-noqp.c -lrdmacm -lpthread
-{ git -C "$ROOT" rev-parse --short HEAD; git -C "$ROOT" status --short; } > "$OUT/commit" 2>/dev/null || true
+# is and is not like-for-like: README.md, "Side by side with the kernel CM".
+USAGE=2,26 OUT_NAME=side-by-side
+. "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 
 TIME='/usr/bin/time -f cpu:%U:%S:%w:%c -o'
 # A kernel server must be listening before its client starts: wait for its

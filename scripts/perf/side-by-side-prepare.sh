@@ -1,0 +1,36 @@
+# Sourced by side-by-side.sh and side-by-side-2vm.sh with their arguments:
+# reads -c CONNECTIONS and -r ROUNDS (-h prints lines $USAGE of the script),
+# installs what the kernel's side needs (rdma-core's tools, librdmacm-dev for
+# the no-QP tool, /usr/bin/time), prepares the VM kernel, and snapshots the
+# library and the tools into build/perf/$OUT_NAME: the runs must not change
+# under us if someone rebuilds build/stage meanwhile (the tool's RUNPATH gives
+# way to LD_LIBRARY_PATH). Sets ROOT, N, ROUNDS and OUT.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+N=1000 ROUNDS=3
+while getopts c:r:h opt; do
+  case $opt in
+    c) N=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    *) sed -n "${USAGE}s/^# \{0,1\}//p" "$0"; exit 2 ;;
+  esac
+done
+cd "$ROOT"
+OUT=$ROOT/build/perf/$OUT_NAME
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib"
+
+need=()
+command -v cmtime >/dev/null || need+=(rdmacm-utils)
+[ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+[ -x /usr/bin/time ] || need+=(time)
+if ((${#need[@]})); then
+  apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null; }
+fi
+softroce/setup.sh >/dev/null
+make -s c-build >/dev/null
+cp -L build/stage/lib/libib_cm.so.0 "$OUT/lib/libib_cm.so.0"
+cp build/c/ibcm-cmtime "$OUT/bin/ibcm-cmtime"
+cc -O2 -Wall -Wextra -Werror -o "$OUT/bin/rdmacm-cmtime-noqp" tools/rdmacm-cmtime-noqp.c -lrdmacm -lpthread
+{ git -C "$ROOT" rev-parse --short HEAD; git -C "$ROOT" status --short; } > "$OUT/commit" 2>/dev/null || true
