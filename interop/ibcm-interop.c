@@ -172,35 +172,32 @@ static void verbs_close(struct verbs *v) {
   free(v->buf);
 }
 
-/* Moves the QP to `state` with exactly what ib_cm_init_qp_attr gives. */
-static void qp_modify_cm(struct verbs *v, struct ib_cm_id *id, enum ibv_qp_state state) {
+/* Moves the QP to `state` with what ib_cm_init_qp_attr gives; a non-NULL
+ * `rq_psn` replaces the receive PSN of an RTR (see accept_from_kernel). */
+static void qp_modify_cm_psn(struct verbs *v, struct ib_cm_id *id, enum ibv_qp_state state,
+                             const uint32_t *rq_psn) {
   struct ibv_qp_attr attr;
   memset(&attr, 0, sizeof(attr));
   attr.qp_state = state;
   int mask = 0;
   CHECK_EQ(ib_cm_init_qp_attr(id, &attr, &mask), 0);
+  if (rq_psn) {
+    CHECK(mask & IBV_QP_RQ_PSN);
+    attr.rq_psn = *rq_psn;
+  }
   int rc = ibv_modify_qp(v->qp, &attr, mask);
   if (rc)
     test_fail(__FILE__, __LINE__, "ibv_modify_qp(state %d, mask 0x%x): %s", state, mask,
               strerror(rc));
-  printf("QP 0x%06x -> %s (ib_cm_init_qp_attr mask 0x%x)\n", v->qp->qp_num,
+  printf("QP 0x%06x -> %s (ib_cm_init_qp_attr mask 0x%x", v->qp->qp_num,
          state == IBV_QPS_INIT ? "INIT" : state == IBV_QPS_RTR ? "RTR" : "RTS", mask);
+  if (rq_psn)
+    printf(", receive PSN 0x%06x of the REP", *rq_psn);
+  printf(")\n");
 }
 
-/* RTR from ib_cm_init_qp_attr, with the receive PSN the REP will carry. */
-static void qp_modify_cm_rq_psn(struct verbs *v, struct ib_cm_id *id, uint32_t rq_psn) {
-  struct ibv_qp_attr attr;
-  memset(&attr, 0, sizeof(attr));
-  attr.qp_state = IBV_QPS_RTR;
-  int mask = 0;
-  CHECK_EQ(ib_cm_init_qp_attr(id, &attr, &mask), 0);
-  CHECK(mask & IBV_QP_RQ_PSN);
-  attr.rq_psn = rq_psn;
-  int rc = ibv_modify_qp(v->qp, &attr, mask);
-  if (rc)
-    test_fail(__FILE__, __LINE__, "ibv_modify_qp(RTR, mask 0x%x): %s", mask, strerror(rc));
-  printf("QP 0x%06x -> RTR (ib_cm_init_qp_attr mask 0x%x, receive PSN 0x%06x of the REP)\n",
-         v->qp->qp_num, mask, rq_psn);
+static void qp_modify_cm(struct verbs *v, struct ib_cm_id *id, enum ibv_qp_state state) {
+  qp_modify_cm_psn(v, id, state, NULL);
 }
 
 /* UD QPs have no CM state to ask: INIT (Q_Key), RTR, RTS by hand. */
@@ -328,6 +325,17 @@ static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct v
   return id;
 }
 
+/* A's listener for rdma_cm's port space `ps`; then hook LISTENING starts
+ * the kernel-side client. */
+static struct ib_cm_id *listen_on(uint16_t ps) {
+  struct ib_cm_id *listener = ib_create_cm_id(dev_a, handler, NULL);
+  CHECK(!IS_ERR(listener));
+  CHECK_EQ(ib_cm_listen(listener, service_id(ps)), 0);
+  printf("listening on service ID 0x%016llx\n", (unsigned long long)be64toh(service_id(ps)));
+  run_hook("LISTENING");
+  return listener;
+}
+
 static const struct cm_ev *wait_any(enum ib_cm_event_type type) {
   return wait_event_from(0, NULL, type, WAIT_MS);
 }
@@ -335,12 +343,7 @@ static const struct cm_ev *wait_any(enum ib_cm_event_type type) {
 /* The kernel's REQ to A's listener: check it, make the QP (receives posted by
  * `post`), INIT, RTR, REP, wait for the RTU (the kernel may MRA first), RTS. */
 static struct ib_cm_id *accept_from_kernel(struct verbs *v, void (*post)(struct verbs *)) {
-  struct ib_cm_id *listener = ib_create_cm_id(dev_a, handler, NULL);
-  CHECK(!IS_ERR(listener));
-  CHECK_EQ(ib_cm_listen(listener, service_id(RDMA_PS_TCP)), 0);
-  printf("listening on service ID 0x%016llx\n",
-         (unsigned long long)be64toh(service_id(RDMA_PS_TCP)));
-  run_hook("LISTENING");
+  struct ib_cm_id *listener = listen_on(RDMA_PS_TCP);
   const struct cm_ev *req = wait_any(IB_CM_REQ_RECEIVED);
   long long t0 = now_ms();
   struct ib_cm_id *id = req->id;
@@ -361,7 +364,7 @@ static struct ib_cm_id *accept_from_kernel(struct verbs *v, void (*post)(struct 
    * ib_send_cm_rep (it is the REP's starting PSN), so RTR before the REP
    * takes it from the caller, as IPoIB-CM and rdma_cm do. */
   uint32_t psn = random_psn();
-  qp_modify_cm_rq_psn(v, id, psn);
+  qp_modify_cm_psn(v, id, IBV_QPS_RTR, &psn);
   struct ib_cm_rep_param rep = {
       .qp_num = v->qp->qp_num,
       .starting_psn = psn,
@@ -551,12 +554,7 @@ static int mode_sidr_server(void) {
   verbs_open(&v, IBV_QPT_UD, 2 * MSG_COUNT * (GRH_LEN + MSG_SIZE));
   qp_ud_ready(&v);
   post_ud_recvs(&v);
-  struct ib_cm_id *listener = ib_create_cm_id(dev_a, handler, NULL);
-  CHECK(!IS_ERR(listener));
-  CHECK_EQ(ib_cm_listen(listener, service_id(RDMA_PS_UDP)), 0);
-  printf("listening on service ID 0x%016llx\n",
-         (unsigned long long)be64toh(service_id(RDMA_PS_UDP)));
-  run_hook("LISTENING");
+  struct ib_cm_id *listener = listen_on(RDMA_PS_UDP);
   const struct cm_ev *req = wait_any(IB_CM_SIDR_REQ_RECEIVED);
   printf("SIDR_REQ: service ID 0x%016llx, P_Key 0x%04x\n",
          (unsigned long long)be64toh(req->id->service_id), req->param.sidr_req_rcvd.pkey);
