@@ -8,6 +8,8 @@ Fails when
 - a man3 page's SYNOPSIS does not show the prototype of include/rdma/ib_cm.h
   (whitespace aside), so a changed signature cannot leave its page behind;
 - ib_cm(7) does not refer to every man3 page;
+- an EXAMPLES program (each .EX/.EE block, as the reader sees it) does not
+  compile against the header with -Wall -Werror;
 - a page has a byte outside ASCII, or any message from
   `mandoc -T lint -W warning` or `groff -man -Tutf8 -ww -z`
   (what `man --warnings -l` runs).
@@ -90,6 +92,30 @@ def rendered_synopsis(page: Path) -> str:
     return normalise(m.group(1)) if m else ""
 
 
+def examples(page: Path) -> list[str]:
+    """The .EX/.EE blocks of `page` as the reader sees them."""
+    blocks = re.findall(r"^\.EX\n(.*?)^\.EE$", page.read_text(), re.M | re.S)
+    unescape = {"\\-": "-", "\\e": "\\", "\\&": "", "\\(aq": "'", "\\(dq": '"'}
+    out = []
+    for block in blocks:
+        for escape, plain in unescape.items():
+            block = block.replace(escape, plain)
+        out.append(block)
+    return out
+
+
+def compile_examples(page: Path) -> list[str]:
+    """Each example of `page` compiles: it is a whole translation unit."""
+    problems = []
+    for i, source in enumerate(examples(page), 1):
+        cmd = [os.environ.get("CC", "cc"), "-std=gnu11", "-Wall", "-Werror",
+               "-fsyntax-only", "-I", str(ROOT / "include"), "-x", "c", "-"]
+        out = subprocess.run(cmd, input=source, capture_output=True, text=True, env=C_LOCALE)
+        if out.returncode != 0:
+            problems.append(f"{page.name}: example {i} does not compile:\n{out.stderr.strip()}")
+    return problems
+
+
 def main() -> int:
     missing = [t for t in ("mandoc", "groff") if not shutil.which(t)]
     if missing:
@@ -114,6 +140,7 @@ def main() -> int:
                 problems.append(f"{page.name}: .so {target}: no such page")
             continue
         problems += lint(page)
+        problems += compile_examples(page)
         if page.parent.name in ("man3", "man7"):
             problems += title_and_name(page, page.suffix[1:])
         if page.parent.name == "man3" and page.stem in symbols:
@@ -130,12 +157,13 @@ def main() -> int:
         if not re.search(rf"^\.BR {s} \(3\)", overview, re.M):
             problems.append(f"ib_cm.7: SEE ALSO does not list {s}(3)")
 
+    n_examples = sum(len(examples(p)) for p in man3 + man7)
     if problems:
         print("man: " + "\n  ".join(["problems:"] + problems))
         return 1
     print(
         f"man: {len(man3)} section-3 pages for {len(symbols)} exported symbols, "
-        f"{len(man7)} section-7; prototypes match the header; "
+        f"{len(man7)} section-7; prototypes match the header; {n_examples} examples compile; "
         "mandoc -T lint -W warning and groff -ww: no message"
     )
     return 0
