@@ -17,6 +17,7 @@ CARGO    ?= cargo
 CBINDGEN ?= cbindgen
 RELEASE  := target/release
 CONNECTIONS ?= 10000
+MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
         rust-check c-check c-asan c-valgrind symbols-check softroce interop miri tsan fuzz clean help
@@ -51,6 +52,16 @@ install: lib
 	install -m 0644 include/rdma/ib_cm.h $(DESTDIR)$(PREFIX)/include/rdma/ib_cm.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ib_cm.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ib_cm.pc
+	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
+	install -m 0644 man/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/
+
+# The manual pages (man/, man(7) sources, installed as they are): one per
+# exported symbol and none for anything else, prototypes as in the header, and
+# not one message from mandoc -T lint -W warning or groff -ww.
+.PHONY: man-check
+man-check:
+	@python3 man/check.py
 
 # An installation under build/stage that the C suite builds against.
 stage:
@@ -138,6 +149,7 @@ check: deps
 	$(MAKE) fuzz
 	$(MAKE) header-check
 	$(MAKE) symbols-check
+	$(MAKE) man-check
 	$(MAKE) c-check
 	$(MAKE) c-asan
 	$(MAKE) c-valgrind
