@@ -831,7 +831,9 @@ int ib_send_cm_sidr_req(struct ib_cm_id *cm_id, struct ib_cm_sidr_req_param *par
 /*
  Answers a SIDR_REQ (the id from `IB_CM_SIDR_REQ_RECEIVED`); the id is IDLE
  afterwards. `-EINVAL` for more than 72 bytes of info or 136 of private
- data, a status outside 0..255, or another state.
+ data, a status outside 0..255, or another state. If the SIDR_REP cannot
+ be sent, the send's error (`-ENETDOWN`, …) and the id stays in
+ SIDR_REQ_RCVD, as in the kernel: call again, or destroy the id.
 
  # Safety
  `param`, if not NULL, points to a valid `struct ib_cm_sidr_rep_param`.

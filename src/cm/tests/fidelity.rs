@@ -163,3 +163,90 @@ fn hardening_13_cm_establish_handler_delivers_while_established() {
     assert!(passive.lock().inner.msg.is_none());
     pair.finish(&[&passive]);
 }
+
+// ---- point 15 ------------------------------------------------------------
+
+use crate::abi::ib_cm_sidr_status::IB_SIDR_SUCCESS;
+use crate::cm::counters::{Snapshot, attr_index};
+use crate::cm::{SidrRepParams, SidrReqParams, send_sidr_rep, send_sidr_req};
+use crate::errno::{CmResult, ENETDOWN};
+
+fn snapshot(device: &Device) -> Snapshot {
+    device.counters(1).unwrap().snapshot()
+}
+
+fn at(counts: &[u64; 11], attr_id: u16) -> u64 {
+    counts[attr_index(attr_id).unwrap()]
+}
+
+fn sidr_params(pair: &Pair) -> SidrReqParams {
+    SidrReqParams {
+        path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
+        service_id: SERVICE_ID,
+        timeout_ms: 5000,
+        private_data: Vec::new(),
+        max_cm_retries: 3,
+    }
+}
+
+fn sidr_rep_params() -> SidrRepParams {
+    SidrRepParams {
+        qp_num: 0x55,
+        qkey: 0x1111_2222,
+        status: IB_SIDR_SUCCESS as u8,
+        ..SidrRepParams::default()
+    }
+}
+
+/// `cm_send_sidr_rep_locked()`: when the post fails the id stays in
+/// SIDR_REQ_RCVD (and in the SIDR table), so the caller can try again.
+#[test]
+fn hardening_15_sidr_rep_send_failure_stays_sidr_req_rcvd_for_a_retry() {
+    type Tries = (CmResult, ib_cm_state, CmResult, ib_cm_state);
+    let pair = Pair::new();
+    let tries: Arc<Mutex<Vec<Tries>>> = Arc::default();
+    let seen = tries.clone();
+    pair.rec.on(
+        IB_CM_SIDR_REQ_RECEIVED,
+        Arc::new(move |id, _| {
+            let first = send_sidr_rep(id, &sidr_rep_params());
+            let between = id.state();
+            let second = send_sidr_rep(id, &sidr_rep_params());
+            seen.lock().push((first, between, second, id.state()));
+            0
+        }),
+    );
+    pair.loop_b().fail_next(attr::SIDR_REP, 1);
+    send_sidr_req(&pair.active, &sidr_params(&pair)).unwrap();
+    let got = pair.rec.wait(Some(&pair.active), IB_CM_SIDR_REP_RECEIVED);
+    assert_eq!(got.sidr_status, Some(IB_SIDR_SUCCESS as u8));
+    let passive = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    // One request, answered on the second try (not a new request after a
+    // retransmitted SIDR_REQ).
+    assert_eq!(
+        *tries.lock(),
+        [(Err(ENETDOWN), IB_CM_SIDR_REQ_RCVD, Ok(()), IB_CM_IDLE)]
+    );
+    assert_eq!(pair.rec.count(IB_CM_SIDR_REP_RECEIVED), 1);
+    // Counted once the transport took it: the failed post is not booked.
+    assert_eq!(at(&snapshot(&pair.b).tx_msgs, attr::SIDR_REP), 1);
+    pair.finish(&[&passive]);
+}
+
+/// Destroying an id in SIDR_REQ_RCVD whose rejecting SIDR_REP cannot be sent
+/// still ends (`cm_destroy_id` does not retry) and forgets the request.
+#[test]
+fn hardening_15_destroy_in_sidr_req_rcvd_with_failing_send_forgets_the_request() {
+    let pair = Pair::new();
+    send_sidr_req(&pair.active, &sidr_params(&pair)).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    assert_eq!(passive.state(), IB_CM_SIDR_REQ_RCVD);
+    pair.loop_b().fail_next(attr::SIDR_REP, 1);
+    crate::cm::destroy_id(&passive, 0);
+    assert_eq!(passive.state(), IB_CM_IDLE);
+    let me = Arc::downgrade(&passive);
+    let t = crate::cm::tables::tables();
+    assert!(!t.remote_sidr.values().any(|w| w.ptr_eq(&me)));
+    drop(t);
+    pair.finish(&[]);
+}
