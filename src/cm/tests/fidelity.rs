@@ -250,3 +250,85 @@ fn hardening_15_destroy_in_sidr_req_rcvd_with_failing_send_forgets_the_request()
     drop(t);
     pair.finish(&[]);
 }
+
+// ---- point 16 ------------------------------------------------------------
+
+use crate::abi::ib_cm_rej_reason::IB_CM_REJ_INVALID_GID;
+use crate::wire::{Rej, parse_header};
+
+/// `cm_req_handler()`: `cm_init_av_by_path(&work->path[0])` fails when the
+/// REQ's primary remote GID (our side) is not in the receiving port's GID
+/// table and the REQ came without a GRH: REJ INVALID_GID, ARI the port's
+/// GID 0, no connection. A raw endpoint relays A's REQ, whose path leads to
+/// it and so names its GID, to B, and B's answer back to A.
+#[test]
+fn hardening_16_cm_req_handler_rejects_a_req_for_a_gid_not_ours_invalid_gid() {
+    let pair = Pair::new();
+    let relay = Raw::open();
+    let p = ReqParams {
+        primary_path: pair.a.init_path(1, &relay.me.gid).unwrap(),
+        remote_cm_response_timeout: 20, // no REQ retransmission meanwhile
+        ..pair.req_params()
+    };
+    crate::cm::send_req(&pair.active, &p).unwrap();
+    let req = relay.wait_for(1);
+    relay.send_to(&pair.b, &req);
+    let answer = relay.wait_for(2);
+    let (hdr, _) = parse_header(&answer).unwrap();
+    assert_eq!(attr::name(hdr.attr_id), attr::name(attr::REJ));
+    let rej = Rej::decode(&answer).unwrap();
+    assert_eq!(rej.rejected_info_length, 16);
+    assert_eq!(rej.ari[..16], pair.b.ports[0].gids[0].gid);
+    relay.send_to(&pair.a, &answer);
+    let got = pair.rec.wait(Some(&pair.active), IB_CM_REJ_RECEIVED);
+    assert_eq!(got.rej_reason, Some(IB_CM_REJ_INVALID_GID as u16));
+    assert_eq!(pair.active.state(), IB_CM_IDLE);
+    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), 0);
+    assert_eq!(pair.b.id_count(), 1); // the listener only
+    let b = snapshot(&pair.b);
+    assert_eq!(at(&b.rx_msgs, attr::REQ), 1);
+    assert_eq!(at(&b.tx_msgs, attr::REJ), 1);
+    assert_eq!(at(&b.tx_msgs, attr::REP), 0);
+    pair.finish(&[]);
+}
+
+/// Faithful on purpose: nothing resets `remote_id` when a connection ends,
+/// so an id reused for a second `ib_send_cm_req` cannot match the new REP
+/// (`cm_acquire_id(local_id, 0)`), and the REQ times out. The kernel behaves
+/// the same; rdma_cm never reuses an id.
+#[test]
+fn hardening_16_reused_id_keeps_remote_id_and_cannot_match_the_rep() {
+    let pair = Pair::new();
+    answer_dreqs(&pair.rec);
+    let passives: Arc<Mutex<Vec<Arc<CmIdPriv>>>> = Arc::default();
+    let keep = passives.clone();
+    pair.rec.on(
+        IB_CM_REQ_RECEIVED,
+        Arc::new(move |id, _| {
+            keep.lock().push(id.clone());
+            crate::cm::send_rep(id, &rep_params(&[])).unwrap();
+            0
+        }),
+    );
+    let first = pair.connect();
+    let old_remote_id = pair.active.lock().inner.remote_id;
+    assert_eq!(old_remote_id, first.lock().inner.local_id);
+    send_dreq(&pair.active, None).unwrap();
+    pair.rec.wait(Some(&pair.active), IB_CM_TIMEWAIT_EXIT);
+    pair.rec.wait(Some(&first), IB_CM_TIMEWAIT_EXIT);
+    assert_eq!(pair.active.lock().inner.remote_id, old_remote_id);
+    let unmatched_before = snapshot(&pair.a).rx_unmatched;
+    let p = ReqParams {
+        remote_cm_response_timeout: 0, // a few ms per try
+        ..pair.req_params()
+    };
+    crate::cm::send_req(&pair.active, &p).unwrap();
+    let got = pair.rec.wait(Some(&pair.active), IB_CM_REQ_ERROR);
+    assert_eq!(got.send_status, Some(ib_wc_status::IB_WC_RESP_TIMEOUT_ERR));
+    assert_eq!(pair.rec.count(IB_CM_REP_RECEIVED), 1); // the first one only
+    assert_eq!(pair.active.lock().inner.remote_id, old_remote_id);
+    assert!(snapshot(&pair.a).rx_unmatched > unmatched_before);
+    let second = passives.lock()[1].clone();
+    assert_ne!(second.lock().inner.local_id, old_remote_id);
+    pair.finish(&[&first, &second]);
+}
