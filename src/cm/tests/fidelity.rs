@@ -332,3 +332,119 @@ fn hardening_16_reused_id_keeps_remote_id_and_cannot_match_the_rep() {
     assert_ne!(second.lock().inner.local_id, old_remote_id);
     pair.finish(&[&first, &second]);
 }
+
+// ---- point 17 ------------------------------------------------------------
+
+use crate::abi::IB_CM_MRA_FLAG_DELAY;
+use crate::abi::ib_cm_lap_state::IB_CM_MRA_LAP_SENT;
+use crate::cm::{pd_array, send_mra};
+use crate::wire::{Lap, Mra, MsgResponse, ReqPath};
+
+/// The LAP A would send B for `passive`'s connection (an alternate path from
+/// A's port to B's).
+fn lap_for(pair: &Pair, passive: &Arc<CmIdPriv>) -> Lap {
+    let (a, b) = (&pair.a.ports[0], &pair.b.ports[0]);
+    let l = passive.lock();
+    Lap {
+        local_comm_id: l.inner.remote_id,
+        remote_comm_id: l.inner.local_id,
+        remote_cm_response_timeout: 16,
+        alternate_path: ReqPath {
+            local_lid: a.lid,
+            remote_lid: b.lid,
+            local_gid: a.gids[0].gid,
+            remote_gid: b.gids[0].gid,
+            sl: 2,
+            subnet_local: true,
+            local_ack_timeout: 14,
+            ..ReqPath::default()
+        },
+        ..Lap::default()
+    }
+}
+
+/// `ib_send_cm_mra()` (6.x) on an ESTABLISHED id with a LAP received: lap_state
+/// MRA_LAP_SENT and an MRA for the LAP (message MRAed "other") at once; a
+/// repeated LAP gets the same MRA again. Sent to the LAP's sender, where the
+/// kernel's LAP handler points the connection.
+#[test]
+fn hardening_17_send_mra_lap_rcvd_sends_the_mra_at_once_and_again_for_a_duplicate() {
+    let pair = Pair::new();
+    pair.rec.on(
+        IB_CM_LAP_RECEIVED,
+        Arc::new(|id, _| {
+            send_mra(id, 21, Some(&pattern(100, 3))).unwrap();
+            0
+        }),
+    );
+    let passive = pair.connect();
+    let raw = Raw::open();
+    let lap = lap_for(&pair, &passive).encode(0x0000_0001_0000_4c41);
+    raw.send_to(&pair.b, &lap);
+    let first = Mra::decode(&raw.wait_for(1)).unwrap();
+    assert_eq!(first.message_mraed, MsgResponse::Other);
+    assert_eq!(first.service_timeout, 21);
+    assert_eq!(first.private_data[..100], pattern(100, 3));
+    assert_eq!(passive.lock().lap_state(), IB_CM_MRA_LAP_SENT as i32);
+    assert_eq!(passive.state(), IB_CM_ESTABLISHED);
+    raw.send_to(&pair.b, &lap);
+    let again = Mra::decode(&raw.wait_for(2)).unwrap();
+    assert_eq!(again, first);
+    pair.finish(&[&passive]);
+}
+
+/// With `IB_CM_MRA_FLAG_DELAY` nothing goes out until the duplicate, whose
+/// MRA carries the timeout without the flag bit (a 5-bit field) and the data.
+#[test]
+fn hardening_17_send_mra_with_delay_flag_waits_for_the_duplicate_lap() {
+    let pair = Pair::new();
+    pair.rec.on(
+        IB_CM_LAP_RECEIVED,
+        Arc::new(|id, _| {
+            send_mra(id, IB_CM_MRA_FLAG_DELAY | 21, Some(&pattern(222, 4))).unwrap();
+            0
+        }),
+    );
+    let passive = pair.connect();
+    let raw = Raw::open();
+    let lap = lap_for(&pair, &passive).encode(0x0000_0001_0000_4c41);
+    let mras = || at(&snapshot(&pair.b).tx_msgs, attr::MRA);
+    raw.send_to(&pair.b, &lap);
+    pair.rec.wait(Some(&passive), IB_CM_LAP_RECEIVED);
+    assert_eq!(passive.lock().lap_state(), IB_CM_MRA_LAP_SENT as i32);
+    assert_eq!(mras(), 0);
+    raw.send_to(&pair.b, &lap);
+    let mra = Mra::decode(&raw.wait_for(1)).unwrap();
+    assert_eq!(mra.service_timeout, 21);
+    assert_eq!(mra.private_data, pd_array::<222>(&pattern(222, 4)));
+    pair.finish(&[&passive]);
+}
+
+/// `ib_send_cm_mra()`: an MRA that cannot be posted returns the error and
+/// changes nothing (state, stored data); the call can be repeated.
+#[test]
+fn hardening_17_send_mra_send_failure_returns_the_error_and_changes_nothing() {
+    type Tries = (CmResult, ib_cm_state, usize, CmResult, ib_cm_state);
+    let pair = Pair::new();
+    let tries: Arc<Mutex<Vec<Tries>>> = Arc::default();
+    let seen = tries.clone();
+    pair.rec.on(
+        IB_CM_REQ_RECEIVED,
+        Arc::new(move |id, _| {
+            let first = send_mra(id, 10, Some(&[1, 2, 3]));
+            let (state, kept) = (id.state(), id.lock().inner.private_data.len());
+            let second = send_mra(id, 10, Some(&[1, 2, 3]));
+            seen.lock().push((first, state, kept, second, id.state()));
+            crate::cm::send_rep(id, &rep_params(&[])).unwrap();
+            0
+        }),
+    );
+    pair.loop_b().fail_next(attr::MRA, 1);
+    let passive = pair.connect();
+    assert_eq!(
+        *tries.lock(),
+        [(Err(ENETDOWN), IB_CM_REQ_RCVD, 0, Ok(()), IB_CM_MRA_REQ_SENT)]
+    );
+    assert_eq!(pair.rec.count(IB_CM_MRA_RECEIVED), 1);
+    pair.finish(&[&passive]);
+}
