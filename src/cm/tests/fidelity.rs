@@ -335,33 +335,11 @@ fn hardening_16_reused_id_keeps_remote_id_and_cannot_match_the_rep() {
 
 // ---- point 17 ------------------------------------------------------------
 
+use super::lap::lap_for;
 use crate::abi::IB_CM_MRA_FLAG_DELAY;
 use crate::abi::ib_cm_lap_state::IB_CM_MRA_LAP_SENT;
 use crate::cm::{pd_array, send_mra};
-use crate::wire::{Lap, Mra, MsgResponse, ReqPath};
-
-/// The LAP A would send B for `passive`'s connection (an alternate path from
-/// A's port to B's).
-fn lap_for(pair: &Pair, passive: &Arc<CmIdPriv>) -> Lap {
-    let (a, b) = (&pair.a.ports[0], &pair.b.ports[0]);
-    let l = passive.lock();
-    Lap {
-        local_comm_id: l.inner.remote_id,
-        remote_comm_id: l.inner.local_id,
-        remote_cm_response_timeout: 16,
-        alternate_path: ReqPath {
-            local_lid: a.lid,
-            remote_lid: b.lid,
-            local_gid: a.gids[0].gid,
-            remote_gid: b.gids[0].gid,
-            sl: 2,
-            subnet_local: true,
-            local_ack_timeout: 14,
-            ..ReqPath::default()
-        },
-        ..Lap::default()
-    }
-}
+use crate::wire::{Mra, MsgResponse};
 
 /// `ib_send_cm_mra()` (6.x) on an ESTABLISHED id with a LAP received: lap_state
 /// MRA_LAP_SENT and an MRA for the LAP (message MRAed "other") at once; a
