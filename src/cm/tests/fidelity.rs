@@ -26,7 +26,13 @@ fn hardening_11_cm_dreq_handler_timewait_drep_carries_no_rep_private_data() {
             0
         }),
     );
-    let passive = pair.connect();
+    // A packet lifetime of 20 makes the passive side's timewait about 8 s,
+    // time enough for the active side's DREQ to find it there.
+    let mut p = pair.req_params();
+    p.primary_path.packet_life_time = 20;
+    crate::cm::send_req(&pair.active, &p).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
     // The passive side's DREQ is lost every time: DREQ_ERROR, timewait.
     crate::cm::set_disconnect_timeout(&passive, 5, 1).unwrap();
     pair.loop_b().drop_next(attr::DREQ, 100).unwrap();
@@ -319,18 +325,27 @@ fn hardening_16_reused_id_keeps_remote_id_and_cannot_match_the_rep() {
     assert_eq!(pair.active.lock().inner.remote_id, old_remote_id);
     let unmatched_before = snapshot(&pair.a).rx_unmatched;
     let p = ReqParams {
-        remote_cm_response_timeout: 0, // a few ms per try
+        remote_cm_response_timeout: 16, // 4 tries of about 0.26 s
         ..pair.req_params()
     };
     crate::cm::send_req(&pair.active, &p).unwrap();
+    wait_until("the new REP is dropped as unmatched", || {
+        snapshot(&pair.a).rx_unmatched > unmatched_before
+    });
     let got = pair.rec.wait(Some(&pair.active), IB_CM_REQ_ERROR);
     assert_eq!(got.send_status, Some(ib_wc_status::IB_WC_RESP_TIMEOUT_ERR));
     assert_eq!(pair.rec.count(IB_CM_REP_RECEIVED), 1); // the first one only
     assert_eq!(pair.active.lock().inner.remote_id, old_remote_id);
-    assert!(snapshot(&pair.a).rx_unmatched > unmatched_before);
-    let second = passives.lock()[1].clone();
-    assert_ne!(second.lock().inner.local_id, old_remote_id);
-    pair.finish(&[&first, &second]);
+    // B made a new passive id for the REQ (and, once that one's REP timed
+    // out, perhaps more for later retries): none is the old one.
+    let passives = passives.lock().clone();
+    assert!(passives.len() >= 2);
+    assert!(
+        passives[1..]
+            .iter()
+            .all(|p| p.lock().inner.local_id != old_remote_id)
+    );
+    pair.finish(&passives.iter().collect::<Vec<_>>());
 }
 
 // ---- point 17 ------------------------------------------------------------
