@@ -74,6 +74,12 @@ pub enum ib_cm_event_type {
     IB_CM_SIDR_REP_RECEIVED = 17,
 }
 
+/// Linux 6.x: `ib_send_cm_mra()` with this bit in `service_timeout` sends no
+/// MRA now, only for the peer's next duplicate REQ, REP or LAP (which is what
+/// Linux 7.x's `ib_prepare_cm_mra()` always does). The header spells it by
+/// hand (cbindgen.toml), as its other constants.
+pub const IB_CM_MRA_FLAG_DELAY: u8 = 0x80;
+
 /// `enum ib_cm_data_size`: private data and info sizes in bytes. Several
 /// members share a value, which a Rust enum cannot express, so the header spells
 /// the enum by hand (cbindgen.toml) and Rust uses these constants.

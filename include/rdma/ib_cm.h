@@ -65,6 +65,11 @@ static inline bool IS_ERR_OR_NULL(const void *ptr) { return !ptr || IS_ERR_VALUE
 #define IB_SDP_SERVICE_ID       IBCM_BE64(0x0000000000010000ULL)
 #define IB_SDP_SERVICE_ID_MASK  IBCM_BE64(0xFFFFFFFFFFFF0000ULL)
 
+/* Linux 6.x: ib_send_cm_mra() with this bit set in service_timeout sends no
+ * MRA now, only for the peer's next duplicate REQ, REP or LAP (what
+ * ib_prepare_cm_mra() of Linux 7.x always does). */
+#define IB_CM_MRA_FLAG_DELAY 0x80
+
 struct ib_cm_id;
 struct ib_cm_event;
 /* ib_cm_init_qp_attr fills libibverbs' struct ibv_qp_attr: this header
@@ -831,7 +836,9 @@ int ib_send_cm_sidr_req(struct ib_cm_id *cm_id, struct ib_cm_sidr_req_param *par
 /*
  Answers a SIDR_REQ (the id from `IB_CM_SIDR_REQ_RECEIVED`); the id is IDLE
  afterwards. `-EINVAL` for more than 72 bytes of info or 136 of private
- data, a status outside 0..255, or another state.
+ data, a status outside 0..255, or another state. If the SIDR_REP cannot
+ be sent, the send's error (`-ENETDOWN`, …) and the id stays in
+ SIDR_REQ_RCVD, as in the kernel: call again, or destroy the id.
 
  # Safety
  `param`, if not NULL, points to a valid `struct ib_cm_sidr_rep_param`.
@@ -860,6 +867,26 @@ int ib_cm_init_qp_attr(struct ib_cm_id *cm_id, struct ibv_qp_attr *qp_attr, int 
 int ibcm_set_disconnect_timeout(struct ib_cm_id *cm_id,
                                 unsigned int timeout_ms,
                                 uint8_t max_retries);
+
+/*
+ Linux 6.x: asks the peer for more time by sending an MRA now, with
+ `service_timeout` (5 bits on the wire) and `private_data` (up to 222
+ bytes): from REQ_RCVD (or REP_RCVD) the id moves to MRA_REQ_SENT
+ (MRA_REP_SENT), an ESTABLISHED id that received a LAP to lap_state
+ MRA_LAP_SENT. With `IB_CM_MRA_FLAG_DELAY` set in `service_timeout` nothing
+ is sent now, as with `ib_prepare_cm_mra`. Either way the peer's next
+ duplicate REQ (REP, LAP) is answered with the same MRA. `-EINVAL` for
+ more than 222 bytes of data or any other state; if the MRA cannot be sent,
+ the send's error and nothing changes. Linux 7.x replaced this call with
+ `ib_prepare_cm_mra`.
+
+ # Safety
+ A non-NULL `private_data` points to `private_data_len` readable bytes.
+ */
+int ib_send_cm_mra(struct ib_cm_id *cm_id,
+                   uint8_t service_timeout,
+                   const void *private_data,
+                   uint8_t private_data_len);
 
 /*
  Opens a device: `loop0`, `loop1`, … are devices of the in-process fabric.

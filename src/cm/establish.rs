@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::send::cancel_msg;
-use super::worker::queue_event;
+use super::worker::queue_checked;
 use crate::abi::ib_cm_event_type::IB_CM_USER_ESTABLISHED;
 use crate::abi::ib_cm_lap_state::{IB_CM_LAP_IDLE, IB_CM_LAP_UNINIT};
 use crate::abi::ib_cm_state::*;
@@ -25,7 +25,7 @@ pub fn notify(id: &Arc<CmIdPriv>, event: i32) -> CmResult {
     }
 }
 
-/// `cm_establish()` and its work item `cm_establish_handler()`.
+/// `cm_establish()`: ESTABLISHED now, the event from a work item.
 fn establish(id: &Arc<CmIdPriv>) -> CmResult {
     let mut l = id.lock();
     match l.state() {
@@ -33,12 +33,23 @@ fn establish(id: &Arc<CmIdPriv>) -> CmResult {
         IB_CM_ESTABLISHED => return Err(EISCONN),
         _ => return Err(EINVAL),
     }
+    drop(l);
+    queue_checked(id, establish_handler);
+    Ok(())
+}
+
+/// `cm_establish_handler()`, on the worker when the work's turn comes:
+/// `IB_CM_USER_ESTABLISHED` only if the id is still ESTABLISHED (the user may
+/// have sent a DREQ meanwhile, or the peer's DREQ may have been handled).
+fn establish_handler(id: &Arc<CmIdPriv>) -> Option<CmEvent> {
+    let mut l = id.lock();
+    if l.state() != IB_CM_ESTABLISHED {
+        return None;
+    }
     // The REP needs no more retransmissions; the RTU, when it comes, is a
     // duplicate.
     cancel_msg(&mut l);
-    drop(l);
-    queue_event(id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
-    Ok(())
+    Some(CmEvent::bare(IB_CM_USER_ESTABLISHED))
 }
 
 /// `cm_migrate()`: the QP now uses its alternate path, so the CM's MADs

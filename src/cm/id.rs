@@ -112,8 +112,11 @@ pub struct CmIdInner {
     /// Connection setup created a `timewait_info`: the id is (or may be) in the
     /// remote-id / remote-QPN tables (`*_linked`) until timewait or idle.
     pub has_timewait_info: bool,
-    /// Private data kept for re-sending an RTU or DREP.
+    /// Private data kept for re-sending an RTU, DREP or MRA.
     pub private_data: Box<[u8]>,
+    /// `cm_id_priv->service_timeout`: what an MRA re-sent for a duplicate
+    /// carries (`ib_send_cm_mra`'s, or `CM_MRA_SETTING`).
+    pub mra_service_timeout: u8,
     pub msg: Option<Box<TrackedMsg>>,
     pub remote_id_linked: bool,
     pub remote_qpn_linked: bool,

@@ -42,7 +42,7 @@ pub use drep::send_drep;
 pub use dreq::send_dreq;
 pub use establish::notify;
 pub use listen::{CM_ASSIGN_SERVICE_ID, insert_listen, listen};
-pub use mra::prepare_mra;
+pub use mra::{prepare_mra, send_mra};
 pub use qp_attr::{QpAttr, init_qp_attr};
 pub use rej::send_rej;
 pub use rep::{RepParams, send_rep};

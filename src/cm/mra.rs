@@ -1,9 +1,13 @@
-//! MRA: `ib_prepare_cm_mra()` (Linux 7.x) and `cm_mra_handler()`.
+//! MRA: `ib_prepare_cm_mra()` (Linux 7.x), `ib_send_cm_mra()` (Linux 6.x)
+//! and `cm_mra_handler()`.
 //!
 //! Since 2025 the kernel sends no MRA when the user asks for one: the user
 //! only marks the id (`ib_prepare_cm_mra`), and the CM answers the peer's next
 //! *duplicate* REQ or REP with an MRA of service timeout 24 (about 68 s). The
-//! peer then stretches the timeout of the MAD it is retransmitting.
+//! peer then stretches the timeout of the MAD it is retransmitting. Before
+//! that, `ib_send_cm_mra` sent the MRA at once, with the caller's service
+//! timeout and private data, unless the timeout had `IB_CM_MRA_FLAG_DELAY`
+//! set; code written for 6.x kernels still calls it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +16,7 @@ use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Locked};
 use super::path::convert_to_ms;
 use super::recv::Received;
+use super::send::send_untracked;
 use super::tables::tables;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::IB_CM_MRA_RECEIVED;
@@ -19,6 +24,7 @@ use crate::abi::ib_cm_lap_state::{
     IB_CM_LAP_RCVD, IB_CM_LAP_SENT, IB_CM_MRA_LAP_RCVD, IB_CM_MRA_LAP_SENT,
 };
 use crate::abi::ib_cm_state::{self, *};
+use crate::abi::{IB_CM_MRA_FLAG_DELAY, data_size};
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::mra::CM_MRA_PRIVATE_DATA;
 use crate::wire::{Mad, Mra, MsgResponse, attr};
@@ -26,33 +32,90 @@ use crate::wire::{Mad, Mra, MsgResponse, attr};
 /// `CM_MRA_SETTING`: the service timeout every MRA of the kernel carries.
 pub const CM_MRA_SETTING: u8 = 24;
 
+/// Where an MRA moves the id: its new state (or, for a LAP, lap_state
+/// MRA_LAP_SENT) and the message the MRA acknowledges.
+#[derive(Clone, Copy)]
+enum MraSent {
+    State(ib_cm_state, MsgResponse),
+    Lap,
+}
+
+impl MraSent {
+    fn mraed(self) -> MsgResponse {
+        match self {
+            MraSent::State(_, mraed) => mraed,
+            MraSent::Lap => MsgResponse::Other,
+        }
+    }
+}
+
+/// The states an MRA may be sent from (both calls): REQ_RCVD, REP_RCVD, and
+/// ESTABLISHED with a LAP received; `-EINVAL` otherwise.
+fn mra_sent_from(l: &Locked) -> CmResult<MraSent> {
+    match l.state() {
+        IB_CM_REQ_RCVD => Ok(MraSent::State(IB_CM_MRA_REQ_SENT, MsgResponse::Req)),
+        IB_CM_REP_RCVD => Ok(MraSent::State(IB_CM_MRA_REP_SENT, MsgResponse::Rep)),
+        IB_CM_ESTABLISHED if l.lap_state() == IB_CM_LAP_RCVD as i32 => Ok(MraSent::Lap),
+        _ => Err(EINVAL),
+    }
+}
+
+/// The id enters its MRA state and keeps what a duplicate's MRA re-sends.
+fn enter_mra_sent(l: &mut Locked, to: MraSent, service_timeout: u8, private_data: &[u8]) {
+    match to {
+        MraSent::State(state, _) => l.set_state(state),
+        MraSent::Lap => l.set_lap_state(IB_CM_MRA_LAP_SENT),
+    }
+    l.inner.mra_service_timeout = service_timeout;
+    l.inner.private_data = private_data.into();
+}
+
 /// `ib_prepare_cm_mra()`: the next duplicate of the peer's REQ (or REP, or
-/// LAP) gets an MRA. No MAD is sent now.
+/// LAP) gets an MRA, service timeout `CM_MRA_SETTING`, no private data. No
+/// MAD is sent now.
 pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
     let mut l = id.lock();
-    match l.state() {
-        IB_CM_REQ_RCVD => l.set_state(IB_CM_MRA_REQ_SENT),
-        IB_CM_REP_RCVD => l.set_state(IB_CM_MRA_REP_SENT),
-        IB_CM_ESTABLISHED if l.lap_state() == IB_CM_LAP_RCVD as i32 => {
-            l.set_lap_state(IB_CM_MRA_LAP_SENT)
-        }
-        _ => return Err(EINVAL),
-    }
-    l.inner.private_data = Box::default();
+    let to = mra_sent_from(&l)?;
+    enter_mra_sent(&mut l, to, CM_MRA_SETTING, &[]);
     Ok(())
 }
 
-/// `cm_format_mra()`: an MRA for the message `mraed`, with the stored
-/// private data (none since `ib_prepare_cm_mra`).
-pub fn format_mra(l: &Locked, mraed: MsgResponse) -> Mad {
+/// `ib_send_cm_mra()` of Linux 6.x: the MRA goes out now, with
+/// `service_timeout` and `private_data`, unless `IB_CM_MRA_FLAG_DELAY` is set
+/// in `service_timeout`; either way a duplicate gets it again. If it cannot
+/// be sent, the error and nothing changes. `private_data` is `None` for NULL.
+pub fn send_mra(id: &Arc<CmIdPriv>, service_timeout: u8, private_data: Option<&[u8]>) -> CmResult {
+    let pd = private_data.unwrap_or_default();
+    if pd.len() > data_size::MRA_PRIVATE_DATA_SIZE {
+        return Err(EINVAL);
+    }
+    let mut l = id.lock();
+    let to = mra_sent_from(&l)?;
+    if service_timeout & IB_CM_MRA_FLAG_DELAY == 0 {
+        send_untracked(&l, &format_mra_with(&l, to.mraed(), service_timeout, pd))?;
+    }
+    // The flag stays in the stored timeout; the wire field keeps 5 bits.
+    enter_mra_sent(&mut l, to, service_timeout, pd);
+    Ok(())
+}
+
+/// `cm_format_mra()`: an MRA for the message `mraed`. The service timeout
+/// field is 5 bits wide: higher bits (the delay flag) are dropped.
+fn format_mra_with(l: &Locked, mraed: MsgResponse, service_timeout: u8, pd: &[u8]) -> Mad {
     let mra = Mra {
         local_comm_id: l.inner.local_id,
         remote_comm_id: l.inner.remote_id,
         message_mraed: mraed,
-        service_timeout: CM_MRA_SETTING,
-        private_data: super::pd_array(&l.inner.private_data),
+        service_timeout,
+        private_data: super::pd_array(pd),
     };
     mra.encode(l.inner.tid)
+}
+
+/// The MRA for a duplicate of the message `mraed`: the service timeout and
+/// private data stored when the user asked for it.
+pub fn format_mra(l: &Locked, mraed: MsgResponse) -> Mad {
+    format_mra_with(l, mraed, l.inner.mra_service_timeout, &l.inner.private_data)
 }
 
 /// `cm_acquire_mraed_id()`: an MRA for a REQ finds an id that does not know

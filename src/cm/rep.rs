@@ -70,7 +70,8 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
     l.inner.responder_resources = p.responder_resources;
     l.inner.rq_psn = rep.starting_psn;
     l.inner.local_qpn = rep.local_qpn;
-    l.inner.private_data = p.private_data.as_slice().into();
+    // Unlike the RTU, DREP and MRA, the REP's private data is not kept: a
+    // DREP re-sent from timewait never carries it (`ib_send_cm_rep`).
     Ok(())
 }
 

@@ -340,6 +340,12 @@ pub fn req_handler(work: Received) {
         timeout: primary_path.packet_life_time.saturating_add(1).min(31),
         rate: primary_path.rate,
     };
+    if !primary_gid_is_ours(&work, &primary_path) {
+        reject_invalid_gid(&work, &mut l);
+        drop(l);
+        super::forget_unfinalized(&new_id);
+        return;
+    }
     let alternate_path = req_has_alt_path(&req).then(|| alt_path_from_req(&req, &primary_path));
     if let Some(alt) = &alternate_path {
         // `cm_init_av_by_path(&work->path[1])`: the alternate path must leave
@@ -388,6 +394,23 @@ pub fn req_handler(work: Received) {
             pd,
         ),
     );
+}
+
+/// `cm_init_av_by_path(&work->path[0])` for a REQ that came without a GRH
+/// finds the port by the primary path's source GID (the REQ's remote port
+/// GID, our side): it must be one of this device's GIDs. With a GRH the
+/// kernel takes the port the REQ arrived on.
+fn primary_gid_is_ours(work: &Received, primary_path: &Path) -> bool {
+    work.addr.grh || work.device.port_by_gid(&primary_path.sgid).is_some()
+}
+
+/// The REQ's primary GID is not ours: REJ INVALID_GID with the receiving
+/// port's GID 0 as ARI (without an ARI if the port has none), from the new
+/// id, which then goes away.
+fn reject_invalid_gid(work: &Received, l: &mut Locked) {
+    let gid0 = work.device.port(work.port).ok().and_then(|p| p.gid(0));
+    let ari = gid0.as_ref().map_or(&[][..], |gid| &gid[..]);
+    let _ = send_rej_locked(l, IB_CM_REJ_INVALID_GID as u16, ari, &[]);
 }
 
 /// Enters a passive connection in the remote-id and remote-QPN tables.

@@ -75,7 +75,8 @@ fn sidr_key(request_id: u32, av: &Av) -> (u32, [u8; 16], u16) {
 }
 
 /// `cm_send_sidr_rep_locked()`: answers, then the id is IDLE and forgets the
-/// request.
+/// request. If the MAD cannot be posted nothing changes: the id stays in
+/// SIDR_REQ_RCVD, so the caller can try again.
 fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
     let rep = SidrRep {
         request_id: l.inner.remote_id,
@@ -88,14 +89,20 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
         info: pd_array(&p.info),
         private_data: pd_array(&p.private_data),
     };
-    let result = send_untracked(l, &rep.encode(l.inner.tid, p.ece.1));
+    send_untracked(l, &rep.encode(l.inner.tid, p.ece.1))?;
+    forget_sidr_request(l);
+    Ok(())
+}
+
+/// The request is answered (or its id destroyed): IDLE, and out of the
+/// table of requests in progress (`cm.remote_sidr_table`).
+fn forget_sidr_request(l: &mut Locked) {
     l.set_state(IB_CM_IDLE);
     if l.inner.remote_id_linked {
         let key = sidr_key(l.inner.remote_id, &l.inner.av);
         tables().remote_sidr.remove(&key);
         l.inner.remote_id_linked = false;
     }
-    result
 }
 
 /// `ib_send_cm_sidr_rep()`.
@@ -113,12 +120,15 @@ pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
 }
 
 /// What destroying an id in SIDR_REQ_RCVD sends: a SIDR_REP that rejects.
+/// The id is forgotten even if it cannot be sent (`cm_destroy_id` does not
+/// try again).
 pub fn reject_sidr_req_locked(l: &mut Locked) {
     let p = SidrRepParams {
         status: IB_SIDR_REJECT as u8,
         ..SidrRepParams::default()
     };
     let _ = send_sidr_rep_locked(l, &p);
+    forget_sidr_request(l);
 }
 
 /// `cm_sidr_req_handler()`.

@@ -33,6 +33,13 @@ pub enum Work {
         id: Arc<CmIdPriv>,
         event: CmEvent,
     },
+    /// An event decided on when its turn comes: `check` runs on the worker
+    /// right before delivery and gives the event, or `None` to drop it
+    /// (`cm_establish_handler`).
+    Checked {
+        id: Arc<CmIdPriv>,
+        check: fn(&Arc<CmIdPriv>) -> Option<CmEvent>,
+    },
 }
 
 /// What a timer does when it fires.
@@ -79,6 +86,15 @@ pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
     push(Work::Deliver {
         id: id.clone(),
         event,
+    });
+}
+
+/// Queues `check` for `id`: the event it returns on the worker, if any, is
+/// delivered in this work item's place in the queue.
+pub fn queue_checked(id: &Arc<CmIdPriv>, check: fn(&Arc<CmIdPriv>) -> Option<CmEvent>) {
+    push(Work::Checked {
+        id: id.clone(),
+        check,
     });
 }
 
@@ -198,6 +214,11 @@ fn run() {
                     mad,
                 } => recv::recv_handler(&device, port, addr, mad),
                 Work::Deliver { id, event } => deliver(&id, &event),
+                Work::Checked { id, check } => {
+                    if let Some(event) = check(&id) {
+                        deliver(&id, &event);
+                    }
+                }
             }
         }
     }

@@ -368,7 +368,9 @@ pub unsafe extern "C" fn ib_send_cm_sidr_req(
 
 /// Answers a SIDR_REQ (the id from `IB_CM_SIDR_REQ_RECEIVED`); the id is IDLE
 /// afterwards. `-EINVAL` for more than 72 bytes of info or 136 of private
-/// data, a status outside 0..255, or another state.
+/// data, a status outside 0..255, or another state. If the SIDR_REP cannot
+/// be sent, the send's error (`-ENETDOWN`, …) and the id stays in
+/// SIDR_REQ_RCVD, as in the kernel: call again, or destroy the id.
 ///
 /// # Safety
 /// `param`, if not NULL, points to a valid `struct ib_cm_sidr_rep_param`.
@@ -522,6 +524,35 @@ pub extern "C" fn ibcm_set_disconnect_timeout(
     with_id(cm_id, |id| {
         cm::set_disconnect_timeout(id, timeout_ms, max_retries)
     })
+}
+
+/// Linux 6.x: asks the peer for more time by sending an MRA now, with
+/// `service_timeout` (5 bits on the wire) and `private_data` (up to 222
+/// bytes): from REQ_RCVD (or REP_RCVD) the id moves to MRA_REQ_SENT
+/// (MRA_REP_SENT), an ESTABLISHED id that received a LAP to lap_state
+/// MRA_LAP_SENT. With `IB_CM_MRA_FLAG_DELAY` set in `service_timeout` nothing
+/// is sent now, as with `ib_prepare_cm_mra`. Either way the peer's next
+/// duplicate REQ (REP, LAP) is answered with the same MRA. `-EINVAL` for
+/// more than 222 bytes of data or any other state; if the MRA cannot be sent,
+/// the send's error and nothing changes. Linux 7.x replaced this call with
+/// `ib_prepare_cm_mra`.
+///
+/// # Safety
+/// A non-NULL `private_data` points to `private_data_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_mra(
+    cm_id: *mut ib_cm_id,
+    service_timeout: u8,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    let max = data_size::MRA_PRIVATE_DATA_SIZE;
+    // SAFETY: the caller's promise, forwarded.
+    unsafe {
+        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
+            cm::send_mra(id, service_timeout, pd)
+        })
+    }
 }
 
 #[cfg(test)]

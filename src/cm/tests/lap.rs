@@ -52,7 +52,7 @@ fn comm_ids(passive: &Arc<CmIdPriv>) -> (u32, u32) {
 /// The LAP A would send B for `passive`'s connection: a path from A's port
 /// to B's with SL 2, flow label 0x4242, ACK timeout 14, and 168 bytes of
 /// private data.
-fn lap_for(pair: &Pair, passive: &Arc<CmIdPriv>) -> Lap {
+pub(super) fn lap_for(pair: &Pair, passive: &Arc<CmIdPriv>) -> Lap {
     let (a, b) = (&pair.a.ports[0], &pair.b.ports[0]);
     let (local_comm_id, remote_comm_id) = comm_ids(passive);
     Lap {
