@@ -9,6 +9,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::device::Device;
 use super::event::CmEvent;
 use crate::abi::{ib_cm_lap_state, ib_cm_state};
+use crate::errno::{CmResult, EINVAL};
 use crate::timer::TimerId;
 use crate::transport::MadAddr;
 use crate::wire::Mad;
@@ -137,6 +138,9 @@ pub struct CmIdPriv {
     /// Held while this id's handler runs; `ib_destroy_cm_id` takes it to wait
     /// for a running handler.
     pub(super) callback: Mutex<()>,
+    /// Set under the id lock when `ib_destroy_cm_id` starts: from then on
+    /// every entry point refuses the id ([`CmIdPriv::lock_live`]) and no
+    /// handler of it starts.
     pub(super) destroyed: AtomicBool,
 }
 
@@ -177,6 +181,17 @@ impl CmIdPriv {
             id: self,
             inner: self.inner.lock(),
         }
+    }
+
+    /// Takes the id lock for an entry point of the API: `-EINVAL` once
+    /// `ib_destroy_cm_id` has started, so a call that found the id just
+    /// before it was destroyed cannot bring it back (listen, send a request).
+    pub fn lock_live(&self) -> CmResult<Locked<'_>> {
+        let l = self.lock();
+        if self.is_destroyed() {
+            return Err(EINVAL);
+        }
+        Ok(l)
     }
 
     /// The current state, read without the lock (for diagnostics and tests).

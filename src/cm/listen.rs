@@ -23,7 +23,7 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
     {
         return Err(EINVAL);
     }
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
     }

@@ -29,7 +29,7 @@ pub const CM_MRA_SETTING: u8 = 24;
 /// `ib_prepare_cm_mra()`: the next duplicate of the peer's REQ (or REP, or
 /// LAP) gets an MRA. No MAD is sent now.
 pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     match l.state() {
         IB_CM_REQ_RCVD => l.set_state(IB_CM_MRA_REQ_SENT),
         IB_CM_REP_RCVD => l.set_state(IB_CM_MRA_REP_SENT),

@@ -132,7 +132,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
         )),
         None => None,
     };
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
         return Err(EINVAL);
     }

@@ -49,7 +49,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
         return Err(EINVAL);
     }
     let port = id.device.port_by_gid(&p.path.sgid).ok_or(EINVAL)?;
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
     }
@@ -105,7 +105,7 @@ pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
     {
         return Err(EINVAL);
     }
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_SIDR_REQ_RCVD {
         return Err(EINVAL);
     }
