@@ -20,8 +20,9 @@ use crate::abi::ib_qp_type::IB_QPT_XRC_TGT;
 /// Destroys `id`. `err` is what its handler returned (0 for a user call);
 /// `-ENOMEM` from a REQ handler lets the peer retry instead of rejecting.
 ///
-/// Waits for a running handler of this id, unless called from inside it: then
-/// the handler finishes after the id is gone and no further event is delivered.
+/// Waits for a running handler of this id (or of a new id it made as a
+/// listener), unless called from inside it: then the handler finishes after
+/// the id is gone and no further event is delivered.
 pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
     if !begin_destroy(id) {
         return;

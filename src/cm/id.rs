@@ -135,8 +135,10 @@ pub struct CmIdPriv {
     pub device: Arc<Device>,
     pub handler: Handler,
     inner: Mutex<CmIdInner>,
-    /// Held while this id's handler runs; `ib_destroy_cm_id` takes it to wait
-    /// for a running handler.
+    /// Held while this id's handler runs, and while a handler of a new id
+    /// this listener made runs (REQ_RECEIVED, SIDR_REQ_RECEIVED);
+    /// `ib_destroy_cm_id` takes it to wait for them. Lock order: a
+    /// listener's before its new id's.
     pub(super) callback: Mutex<()>,
     /// Set under the id lock when `ib_destroy_cm_id` starts: from then on
     /// every entry point refuses the id ([`CmIdPriv::lock_live`]) and no

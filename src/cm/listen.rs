@@ -3,11 +3,17 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::destroy::destroy_id;
 use super::device::Device;
+use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Handler};
+use super::rej::send_rej_locked;
+use super::sidr::answer_sidr_req_locked;
 use super::tables::{addresses, tables};
 use super::{forget_unfinalized, new_id};
-use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN};
+use crate::abi::ib_cm_rej_reason::IB_CM_REJ_INVALID_SERVICE_ID;
+use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
+use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD};
 use crate::errno::{CmResult, EBUSY, EINVAL};
 
 /// `IB_SERVICE_ID_AGN_MASK` (host order).
@@ -91,4 +97,37 @@ pub fn insert_listen(
         drop(l);
         return Ok(id);
     }
+}
+
+/// The listener that made the new id an event is for (REQ_RECEIVED,
+/// SIDR_REQ_RECEIVED).
+pub(super) fn listener_of(event: &CmEvent) -> Option<&Arc<CmIdPriv>> {
+    match &event.param {
+        EventParam::ReqRcvd(r) => Some(&r.listen_id),
+        EventParam::SidrReqRcvd(r) => Some(&r.listen_id),
+        _ => None,
+    }
+}
+
+/// A new id whose listener was destroyed before its REQ_RECEIVED (or
+/// SIDR_REQ_RECEIVED) ran: the peer gets what a request that matches no
+/// listener gets (`cm_req_handler`: REJ with INVALID_SERVICE_ID;
+/// `cm_sidr_req_handler`: SIDR_REP with UNSUPPORTED), and the id goes without
+/// an event, since its user never learnt of it.
+pub(super) fn refuse_orphan(child: &Arc<CmIdPriv>) {
+    {
+        let mut l = child.lock();
+        match l.state() {
+            IB_CM_REQ_RCVD => {
+                let reason = IB_CM_REJ_INVALID_SERVICE_ID as u16;
+                let _ = send_rej_locked(&mut l, reason, &[], &[]);
+            }
+            IB_CM_SIDR_REQ_RCVD => {
+                let _ = answer_sidr_req_locked(&mut l, IB_SIDR_UNSUPPORTED);
+            }
+            // The peer gave up first (a REJ, or a REQ timeout): nothing to say.
+            _ => {}
+        }
+    }
+    destroy_id(child, 0);
 }

@@ -3,7 +3,9 @@
 //!
 //! Locks: one mutex per cm_id (its state), one global table lock; an id lock
 //! may be held while taking the table lock or queueing work, never the reverse.
-//! Handlers run on the worker thread with no lock held.
+//! Handlers run on the worker thread with no such lock held, under their id's
+//! callback guard (and a new id's REQ handler also under its listener's,
+//! taken first: `deliver`).
 
 mod apr;
 mod bounded;

@@ -14,7 +14,7 @@ use super::worker::queue_event;
 use super::{create_child_id, new_id, pd_array};
 use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::{IB_CM_SIDR_REP_RECEIVED, IB_CM_SIDR_REQ_RECEIVED};
-use crate::abi::ib_cm_sidr_status::{IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
+use crate::abi::ib_cm_sidr_status::{self, IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
 use crate::abi::ib_cm_state::*;
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::sidr_rep::{CM_SIDR_REP_ADDITIONAL_INFORMATION, CM_SIDR_REP_PRIVATE_DATA};
@@ -114,11 +114,16 @@ pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
 
 /// What destroying an id in SIDR_REQ_RCVD sends: a SIDR_REP that rejects.
 pub fn reject_sidr_req_locked(l: &mut Locked) {
+    let _ = answer_sidr_req_locked(l, IB_SIDR_REJECT);
+}
+
+/// A SIDR_REP with `status` and nothing else.
+pub fn answer_sidr_req_locked(l: &mut Locked, status: ib_cm_sidr_status) -> CmResult {
     let p = SidrRepParams {
-        status: IB_SIDR_REJECT as u8,
+        status: status as u8,
         ..SidrRepParams::default()
     };
-    let _ = send_sidr_rep_locked(l, &p);
+    send_sidr_rep_locked(l, &p)
 }
 
 /// `cm_sidr_req_handler()`.
@@ -154,11 +159,7 @@ pub fn sidr_req_handler(work: Received) {
         l.set_service_id(req.service_id);
         l.inner.tid = work.tid;
         l.inner.av = av;
-        let p = SidrRepParams {
-            status: IB_SIDR_UNSUPPORTED as u8,
-            ..SidrRepParams::default()
-        };
-        let _ = send_sidr_rep_locked(&mut l, &p);
+        let _ = answer_sidr_req_locked(&mut l, IB_SIDR_UNSUPPORTED);
         drop(l);
         super::forget_unfinalized(&id);
         return;
