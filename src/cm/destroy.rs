@@ -10,7 +10,7 @@ use super::id::{CmIdPriv, Locked};
 use super::rej::send_rej_locked;
 use super::send::cancel_msg;
 use super::sidr::reject_sidr_req_locked;
-use super::tables::{addresses, tables};
+use super::tables::{addresses, quarantine, tables};
 use super::timewait::{enter_timewait, remove_remote};
 use super::worker::{cancel_timer, in_handler_of};
 use crate::abi::ib_cm_rej_reason::{IB_CM_REJ_CONSUMER_DEFINED, IB_CM_REJ_TIMEOUT};
@@ -90,6 +90,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
         t.local.remove(&local_id);
     }
     id.device.ids.fetch_sub(1, Ordering::AcqRel);
+    quarantine(id);
 }
 
 /// Marks `id` destroyed, under its lock so that no entry point that runs
