@@ -678,6 +678,12 @@ struct ibcm_counters {
    the connection's state (the kernel drops these silently).
    */
   uint64_t rx_unmatched;
+  /*
+   Dropped on receipt: a REQ or SIDR_REQ for a listener that already
+   holds 1024 new ids its user has not answered (beyond the kernel); the
+   peer's retransmission gets another chance.
+   */
+  uint64_t rx_listen_overflows;
 };
 
 /*

@@ -8,6 +8,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::device::Device;
 use super::event::CmEvent;
+use super::listen::{BacklogSlot, waits_for_answer};
 use crate::abi::{ib_cm_lap_state, ib_cm_state};
 use crate::errno::{CmResult, EINVAL};
 use crate::timer::TimerId;
@@ -123,6 +124,9 @@ pub struct CmIdInner {
     pub timewait_timer: Option<TimerId>,
     /// Listener sharing count (`listen_sharecount`).
     pub listen_sharecount: u32,
+    /// A new id's place in its listener's backlog, while it waits for its
+    /// user's answer (beyond the kernel).
+    pub backlog_slot: Option<BacklogSlot>,
 }
 
 /// A cm_id. `#[repr(C)]` with `public` first: the C `struct ib_cm_id *` is the
@@ -144,6 +148,9 @@ pub struct CmIdPriv {
     /// every entry point refuses the id ([`CmIdPriv::lock_live`]) and no
     /// handler of it starts.
     pub(super) destroyed: AtomicBool,
+    /// A listener's new ids waiting for its user's answer (their
+    /// `BacklogSlot`s).
+    pub(super) backlog: AtomicUsize,
 }
 
 impl CmIdPriv {
@@ -169,6 +176,7 @@ impl CmIdPriv {
             inner: Mutex::new(inner),
             callback: Mutex::new(()),
             destroyed: AtomicBool::new(false),
+            backlog: AtomicUsize::new(0),
         }
     }
 
@@ -219,6 +227,10 @@ impl Locked<'_> {
 
     pub fn set_state(&mut self, state: ib_cm_state) {
         self.id.public.state.store(state as i32, Ordering::Release);
+        if !waits_for_answer(state) {
+            // Answered (or rejected, or destroyed): room for another request.
+            self.inner.backlog_slot = None;
+        }
     }
 
     pub fn lap_state(&self) -> i32 {

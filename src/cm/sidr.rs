@@ -11,7 +11,7 @@ use super::req::av_from_path;
 use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
 use super::tables::tables;
 use super::worker::queue_event;
-use super::{create_child_id, new_id, pd_array};
+use super::{create_child_id, listen, new_id, pd_array};
 use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::{IB_CM_SIDR_REP_RECEIVED, IB_CM_SIDR_REQ_RECEIVED};
 use crate::abi::ib_cm_sidr_status::{self, IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
@@ -164,10 +164,14 @@ pub fn sidr_req_handler(work: Received) {
         super::forget_unfinalized(&id);
         return;
     };
+    let Some(slot) = listen::backlog_slot(&listener, &work) else {
+        return;
+    };
     let new_id = create_child_id(&listener);
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
     l.set_state(IB_CM_SIDR_REQ_RCVD);
+    l.inner.backlog_slot = Some(slot);
     l.set_remote_id(req.request_id);
     l.set_service_id(req.service_id);
     l.inner.tid = work.tid;

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::{Condvar, Mutex};
 
 use super::*;
+use crate::abi::ib_cm_rej_reason::IB_CM_REJ_CONSUMER_DEFINED;
 use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
+use crate::cm::listen::LISTEN_BACKLOG;
 use crate::cm::worker::queue_event;
-use crate::cm::{SidrReqParams, destroy_id, send_sidr_req};
+use crate::cm::{SidrReqParams, destroy_id, send_rej, send_req, send_sidr_req};
 
 /// Keeps the worker busy: each event for the gate's id blocks its handler
 /// until the test has released that many.
@@ -80,4 +82,72 @@ fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
     wait_until("the refused id is gone", || pair.b.id_count() == 1);
     destroy_id(&blocker, 0);
     pair.finish(&[]);
+}
+
+/// The new ids the listener's handler was given so far.
+fn new_ids(rec: &Recorder) -> Vec<Arc<CmIdPriv>> {
+    rec.seen
+        .lock()
+        .iter()
+        .filter_map(|s| s.new_id.clone())
+        .collect()
+}
+
+#[test]
+fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
+    let pair = Pair::new();
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
+    let mut params = pair.req_params();
+    params.remote_cm_response_timeout = 31; // no retransmission in this test
+    let full: Vec<_> = (0..LISTEN_BACKLOG)
+        .map(|i| {
+            let id = super::super::create_id(&pair.a, pair.rec.handler());
+            params.qp_num = 0x10_0000 + i as u32;
+            send_req(&id, &params).unwrap();
+            id
+        })
+        .collect();
+    wait_until("the backlog is full", || {
+        pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG
+    });
+    assert_eq!(counters(&pair.b).rx_listen_overflows, 0);
+
+    // One more: dropped silently and counted; its retransmissions too, while
+    // the backlog stays full.
+    let extra = super::super::create_id(&pair.a, pair.rec.handler());
+    params.qp_num = 0x20_0000;
+    // Retransmitted every second, for 15 s: longer than any wait here.
+    params.remote_cm_response_timeout = 18;
+    params.max_cm_retries = 15;
+    send_req(&extra, &params).unwrap();
+    wait_until("REQs beyond the backlog are counted", || {
+        counters(&pair.b).rx_listen_overflows >= 2
+    });
+    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), LISTEN_BACKLOG);
+    assert_eq!(pair.b.id_count(), 1 + LISTEN_BACKLOG);
+    assert_eq!(extra.state(), IB_CM_REQ_SENT);
+
+    // Once the user answers one, the next retransmission gets through.
+    let children = new_ids(&pair.rec);
+    send_rej(&children[0], IB_CM_REJ_CONSUMER_DEFINED as u16, &[], &[]).unwrap();
+    let got = pair.rec.wait(None, IB_CM_REQ_RECEIVED);
+    assert_eq!(got.id, children[0].addr()); // the first; wait for the new one:
+    wait_until("the retransmitted REQ is taken", || {
+        pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG + 1
+    });
+    let last = new_ids(&pair.rec).pop().unwrap();
+    assert_eq!(last.state(), IB_CM_REQ_RCVD);
+    assert_eq!(
+        u32::from_be(last.public.remote_id.load(Ordering::Relaxed)),
+        { u32::from_be(extra.public.local_id.load(Ordering::Relaxed)) }
+    );
+
+    for id in new_ids(&pair.rec).iter().chain(&full) {
+        destroy_id(id, 0);
+    }
+    pair.finish(&[&extra]);
+}
+
+fn counters(device: &Device) -> crate::cm::counters::Snapshot {
+    device.counters(1).unwrap().snapshot()
 }
