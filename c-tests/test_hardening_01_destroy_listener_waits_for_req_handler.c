@@ -56,26 +56,13 @@ static void *destroy_thread(void *listener) {
   return NULL;
 }
 
-static struct ib_cm_id *send_req_to(uint64_t service_id) {
-  struct ib_cm_id *a = create_id(dev_a, test_handler, NULL);
-  struct conn_opts o;
-  conn_opts_slow(&o);
-  o.service_id = service_id;
-  struct sa_path_rec path;
-  struct ib_cm_req_param req;
-  conn_path(&path, &o);
-  req_param_init(&req, &path, &o, next_qpn());
-  CHECK_EQ(ib_send_cm_req(a, &req), 0);
-  return a;
-}
-
 int main(void) {
   test_init();
   struct listener_ctx *ctx = malloc(sizeof(*ctx));
   CHECK(ctx != NULL);
   ctx->magic = CTX_MAGIC;
   struct ib_cm_id *listener = listen_b(SERVICE_ID, slow_handler, ctx);
-  struct ib_cm_id *a = send_req_to(SERVICE_ID);
+  struct ib_cm_id *a = send_slow_req(SERVICE_ID);
   for (long long t0 = now_ms(); !atomic_load(&in_handler);) {
     CHECK(now_ms() - t0 < TIMEOUT_MS);
     sleep_ms(1);
@@ -102,7 +89,7 @@ int main(void) {
   /* A REQ handler destroying its own listener does not deadlock. */
   struct ib_cm_id *self = listen_b(SERVICE_SELF, self_destroying_handler, NULL);
   unsigned mark = log_mark();
-  a = send_req_to(SERVICE_SELF);
+  a = send_slow_req(SERVICE_SELF);
   rej = wait_event_from(mark, a, IB_CM_REJ_RECEIVED, TIMEOUT_MS);
   CHECK_EQ(rej->param.rej_rcvd.reason, IB_CM_REJ_CONSUMER_DEFINED);
   CHECK_EQ(ib_cm_listen(self, htobe64(SERVICE_SELF)), -EINVAL); /* destroyed */

@@ -60,19 +60,6 @@ static void wait_entered(int n) {
   }
 }
 
-static struct ib_cm_id *send_req_to(uint64_t service_id) {
-  struct ib_cm_id *a = create_id(dev_a, test_handler, NULL);
-  struct conn_opts o;
-  conn_opts_slow(&o); /* no retransmission during the test */
-  o.service_id = service_id;
-  struct sa_path_rec path;
-  struct ib_cm_req_param req;
-  conn_path(&path, &o);
-  req_param_init(&req, &path, &o, next_qpn());
-  CHECK_EQ(ib_send_cm_req(a, &req), 0);
-  return a;
-}
-
 int main(void) {
   test_init();
   atomic_store(&reply_req, 0);
@@ -82,10 +69,10 @@ int main(void) {
   struct ib_cm_id *blocking = listen_b(SERVICE_BLOCKING, blocking_handler, NULL);
   struct ib_cm_id *listener = listen_b(SERVICE_ID, ctx_handler, ctx);
 
-  struct ib_cm_id *a0 = send_req_to(SERVICE_BLOCKING);
+  struct ib_cm_id *a0 = send_slow_req(SERVICE_BLOCKING);
   wait_entered(1); /* the worker is busy */
-  struct ib_cm_id *a1 = send_req_to(SERVICE_BLOCKING);
-  struct ib_cm_id *a2 = send_req_to(SERVICE_ID);
+  struct ib_cm_id *a1 = send_slow_req(SERVICE_BLOCKING);
+  struct ib_cm_id *a2 = send_slow_req(SERVICE_ID);
   atomic_store(&released, 1);
   wait_entered(2); /* busy again; REQ2's child made, its event queued */
 

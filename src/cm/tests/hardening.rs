@@ -151,3 +151,35 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
 fn counters(device: &Device) -> crate::cm::counters::Snapshot {
     device.counters(1).unwrap().snapshot()
 }
+
+#[test]
+fn hardening_03_listen_racing_destroy_never_revives_the_id() {
+    let device = super::super::open_device(&loop_name()).unwrap();
+    let rec = Arc::new(Recorder::default());
+    let barrier = std::sync::Barrier::new(2);
+    for round in 0..500u64 {
+        let service_id = SERVICE_ID + round;
+        let victim = super::super::create_id(&device, rec.handler());
+        let listened = std::thread::scope(|s| {
+            let listener = s.spawn(|| {
+                barrier.wait();
+                (0..20)
+                    .filter(|_| super::super::listen(&victim, service_id).is_ok())
+                    .count()
+            });
+            barrier.wait();
+            destroy_id(&victim, 0);
+            listener.join().unwrap()
+        });
+        assert!(listened <= 1, "round {round}: listened {listened} times");
+        let fresh = super::super::create_id(&device, rec.handler());
+        assert_eq!(
+            super::super::listen(&fresh, service_id),
+            Ok(()),
+            "round {round}"
+        );
+        destroy_id(&fresh, 0);
+    }
+    assert_eq!(device.id_count(), 0);
+    super::super::close_device(&device).unwrap();
+}
