@@ -11,7 +11,10 @@ use crate::abi::ib_cm_rej_reason::IB_CM_REJ_CONSUMER_DEFINED;
 use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
 use crate::cm::listen::LISTEN_BACKLOG;
 use crate::cm::worker::queue_event;
-use crate::cm::{SidrReqParams, destroy_id, send_rej, send_req, send_sidr_req};
+use crate::cm::{
+    SidrRepParams, SidrReqParams, destroy_id, prepare_mra, send_rej, send_rep, send_req,
+    send_sidr_rep, send_sidr_req,
+};
 
 /// Keeps the worker busy: each event for the gate's id blocks its handler
 /// until the test has released that many.
@@ -182,4 +185,62 @@ fn hardening_03_listen_racing_destroy_never_revives_the_id() {
     }
     assert_eq!(device.id_count(), 0);
     super::super::close_device(&device).unwrap();
+}
+
+#[test]
+fn hardening_05b_backlog_counts_new_ids_until_answered_rejected_or_destroyed() {
+    let pair = Pair::new();
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
+    pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0));
+    let backlog = || pair.listener.backlog.load(Ordering::Acquire);
+    let mut params = pair.req_params();
+    params.remote_cm_response_timeout = 31;
+    let mut next_req = |qpn: u32| {
+        let id = super::super::create_id(&pair.a, pair.rec.handler());
+        params.qp_num = qpn;
+        let n = pair.rec.count(IB_CM_REQ_RECEIVED) + 1;
+        send_req(&id, &params).unwrap();
+        wait_until("REQ_RECEIVED", || pair.rec.count(IB_CM_REQ_RECEIVED) == n);
+        (id, new_ids(&pair.rec).pop().unwrap())
+    };
+
+    // Answered with a REP, after an MRA (still waiting while MRA_REQ_SENT).
+    let (a1, answered) = next_req(0x100);
+    assert_eq!(backlog(), 1);
+    prepare_mra(&answered).unwrap();
+    assert_eq!(backlog(), 1);
+    send_rep(&answered, &rep_params(&[])).unwrap();
+    assert_eq!(backlog(), 0);
+    // Rejected by the user; destroyed unanswered.
+    let (a2, rejected) = next_req(0x200);
+    send_rej(&rejected, IB_CM_REJ_CONSUMER_DEFINED as u16, &[], &[]).unwrap();
+    assert_eq!(backlog(), 0);
+    let (a3, dropped) = next_req(0x300);
+    destroy_id(&dropped, 0);
+    assert_eq!(backlog(), 0);
+    // Rejected by the peer (its destroy sends REJ TIMEOUT).
+    let (a4, given_up) = next_req(0x400);
+    assert_eq!(backlog(), 1);
+    destroy_id(&a4, 0);
+    pair.rec.wait(Some(&given_up), IB_CM_REJ_RECEIVED);
+    assert_eq!(backlog(), 0);
+
+    // A SIDR_REQ's new id waits until its SIDR_REP.
+    let params = SidrReqParams {
+        path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
+        service_id: SERVICE_ID,
+        timeout_ms: 60_000,
+        private_data: Vec::new(),
+        max_cm_retries: 1,
+    };
+    send_sidr_req(&pair.active, &params).unwrap();
+    let sidr = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    assert_eq!(backlog(), 1);
+    send_sidr_rep(&sidr, &SidrRepParams::default()).unwrap();
+    assert_eq!(backlog(), 0);
+
+    for id in [&a1, &a2, &a3, &sidr] {
+        destroy_id(id, 0);
+    }
+    pair.finish(&[&answered, &rejected, &given_up]);
 }
