@@ -746,9 +746,13 @@ pub struct ibcm_counters {
     /// Dropped on receipt: no connection matches it, or it is not expected in
     /// the connection's state (the kernel drops these silently).
     pub rx_unmatched: u64,
+    /// Dropped on receipt: a REQ or SIDR_REQ for a listener that already
+    /// holds 1024 new ids its user has not answered (beyond the kernel); the
+    /// peer's retransmission gets another chance.
+    pub rx_listen_overflows: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 2));
+const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 3));
 
 /// What the library holds right now (`ibcm_get_stats()`): all zero once every
 /// cm_id is destroyed and the fabric is quiet.

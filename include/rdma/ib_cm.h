@@ -683,6 +683,12 @@ struct ibcm_counters {
    the connection's state (the kernel drops these silently).
    */
   uint64_t rx_unmatched;
+  /*
+   Dropped on receipt: a REQ or SIDR_REQ for a listener that already
+   holds 1024 new ids its user has not answered (beyond the kernel); the
+   peer's retransmission gets another chance.
+   */
+  uint64_t rx_listen_overflows;
 };
 
 /*
@@ -727,8 +733,8 @@ struct ib_cm_id *ib_cm_insert_listen(struct ib_device *device,
 /*
  Destroys a cm_id (see the README for what is sent in each state). Waits
  for a running handler of the id unless called from inside it. A pointer
- that is not a live cm_id (NULL, already destroyed) is ignored; note that a
- destroyed id's address may be reused by a newer id.
+ that is not a live cm_id (NULL, already destroyed) is ignored; a destroyed
+ id's address is not given to a new id before 1024 more ids were destroyed.
  */
 void ib_destroy_cm_id(struct ib_cm_id *cm_id);
 

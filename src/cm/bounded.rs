@@ -21,6 +21,6 @@ pub fn set_disconnect_timeout(id: &Arc<CmIdPriv>, timeout_ms: u32, max_retries: 
     if timeout_ms == 0 || timeout_ms > MAX_DISCONNECT_TIMEOUT_MS {
         return Err(EINVAL);
     }
-    id.lock().inner.disconnect_timeout = Some((timeout_ms, max_retries));
+    id.lock_live()?.inner.disconnect_timeout = Some((timeout_ms, max_retries));
     Ok(())
 }

@@ -35,6 +35,9 @@ pub struct PortCounters {
     /// Dropped on receipt: no matching connection or not expected in its state
     /// (the kernel's silent drops).
     pub rx_unmatched: AtomicU64,
+    /// Dropped on receipt: a REQ or SIDR_REQ for a listener whose backlog is
+    /// full (`listen::LISTEN_BACKLOG`).
+    pub rx_listen_overflows: AtomicU64,
 }
 
 /// A snapshot, laid out like `struct ibcm_counters`.
@@ -46,6 +49,7 @@ pub struct Snapshot {
     pub rx_duplicates: [u64; ATTR_COUNT],
     pub rx_malformed: u64,
     pub rx_unmatched: u64,
+    pub rx_listen_overflows: u64,
 }
 
 impl PortCounters {
@@ -72,6 +76,7 @@ impl PortCounters {
             rx_duplicates: load(&self.rx_duplicates),
             rx_malformed: self.rx_malformed.load(Ordering::Relaxed),
             rx_unmatched: self.rx_unmatched.load(Ordering::Relaxed),
+            rx_listen_overflows: self.rx_listen_overflows.load(Ordering::Relaxed),
         }
     }
 }

@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 
 use super::drep::send_drep_locked;
 use super::dreq::issue_dreq;
-use super::id::CmIdPriv;
+use super::id::{CmIdPriv, Locked};
 use super::rej::send_rej_locked;
 use super::send::cancel_msg;
 use super::sidr::reject_sidr_req_locked;
-use super::tables::{addresses, tables};
+use super::tables::{addresses, quarantine, tables};
 use super::timewait::{enter_timewait, remove_remote};
 use super::worker::{cancel_timer, in_handler_of};
 use crate::abi::ib_cm_rej_reason::{IB_CM_REJ_CONSUMER_DEFINED, IB_CM_REJ_TIMEOUT};
@@ -20,33 +20,21 @@ use crate::abi::ib_qp_type::IB_QPT_XRC_TGT;
 /// Destroys `id`. `err` is what its handler returned (0 for a user call);
 /// `-ENOMEM` from a REQ handler lets the peer retry instead of rejecting.
 ///
-/// Waits for a running handler of this id, unless called from inside it: then
-/// the handler finishes after the id is gone and no further event is delivered.
+/// Waits for a running handler of this id (or of a new id it made as a
+/// listener), unless called from inside it: then the handler finishes after
+/// the id is gone and no further event is delivered.
 pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
-    {
-        // A listener shared through ib_cm_insert_listen lives until its
-        // last user destroys it.
-        let mut l = id.lock();
-        if l.state() == IB_CM_LISTEN && l.inner.listen_sharecount > 1 {
-            l.inner.listen_sharecount -= 1;
-            return;
-        }
+    if !begin_destroy(id) {
+        return;
     }
-    // No handler of this id starts after this; wait for one that runs.
-    {
-        let _running = (!in_handler_of(id.addr())).then(|| id.callback.lock());
-        if id.destroyed.swap(true, Ordering::AcqRel) {
-            return; // destroyed already
-        }
+    // No handler of this id starts now; wait for one that runs.
+    if !in_handler_of(id.addr()) {
+        drop(id.callback.lock());
     }
     let mut l = id.lock();
     loop {
         match l.state() {
-            IB_CM_LISTEN => {
-                let key = (Arc::as_ptr(&id.device) as usize, l.inner.service_id);
-                tables().listen.remove(&key);
-                l.set_state(IB_CM_IDLE);
-            }
+            IB_CM_LISTEN => stop_listening(&mut l),
             IB_CM_SIDR_REQ_SENT => {
                 cancel_msg(&mut l);
                 l.set_state(IB_CM_IDLE);
@@ -102,4 +90,34 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
         t.local.remove(&local_id);
     }
     id.device.ids.fetch_sub(1, Ordering::AcqRel);
+    quarantine(id);
+}
+
+/// Marks `id` destroyed, under its lock so that no entry point that runs
+/// later works on it; false if it is not to be destroyed now (a shared
+/// listener still used, or destroyed already).
+fn begin_destroy(id: &Arc<CmIdPriv>) -> bool {
+    let mut l = id.lock();
+    // A listener shared through ib_cm_insert_listen lives until its last
+    // user destroys it.
+    if l.state() == IB_CM_LISTEN && l.inner.listen_sharecount > 1 {
+        l.inner.listen_sharecount -= 1;
+        return false;
+    }
+    if id.destroyed.swap(true, Ordering::AcqRel) {
+        return false;
+    }
+    if l.state() == IB_CM_LISTEN {
+        // At once, as cm_destroy_id does, not after waiting for a handler:
+        // no REQ finds the listener from now on, and its service ID is free.
+        stop_listening(&mut l);
+    }
+    true
+}
+
+/// A listener leaves the listen table and becomes IDLE.
+fn stop_listening(l: &mut Locked) {
+    let key = (Arc::as_ptr(&l.id.device) as usize, l.inner.service_id);
+    tables().listen.remove(&key);
+    l.set_state(IB_CM_IDLE);
 }

@@ -41,7 +41,7 @@ pub fn send_drep_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
 
 /// `ib_send_cm_drep()`. `private_data` is `None` for a NULL pointer.
 pub fn send_drep(id: &Arc<CmIdPriv>, private_data: Option<&[u8]>) -> CmResult {
-    send_drep_locked(&mut id.lock(), private_data.unwrap_or_default())
+    send_drep_locked(&mut id.lock_live()?, private_data.unwrap_or_default())
 }
 
 /// `cm_issue_drep()`: a DREQ for a connection we do not have gets a DREP with

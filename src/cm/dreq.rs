@@ -63,7 +63,7 @@ pub fn send_dreq(id: &Arc<CmIdPriv>, private_data: Option<&[u8]>) -> CmResult {
     if pd.len() > crate::abi::data_size::DREQ_PRIVATE_DATA_SIZE {
         return Err(EINVAL);
     }
-    send_dreq_locked(&mut id.lock(), pd)
+    send_dreq_locked(&mut id.lock_live()?, pd)
 }
 
 /// `cm_issue_dreq()`: one DREQ without private data, untracked, errors

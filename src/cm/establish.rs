@@ -27,7 +27,7 @@ pub fn notify(id: &Arc<CmIdPriv>, event: i32) -> CmResult {
 
 /// `cm_establish()`: ESTABLISHED now, the event from a work item.
 fn establish(id: &Arc<CmIdPriv>) -> CmResult {
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     match l.state() {
         IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => l.set_state(IB_CM_ESTABLISHED),
         IB_CM_ESTABLISHED => return Err(EISCONN),
@@ -59,7 +59,7 @@ fn establish_handler(id: &Arc<CmIdPriv>) -> Option<CmEvent> {
 /// that an alternate path exists: without one `av` becomes an address with no
 /// port, and later MADs of the connection fail to send.
 fn migrate(id: &Arc<CmIdPriv>) -> CmResult {
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     let lap = l.lap_state();
     if l.state() != IB_CM_ESTABLISHED
         || (lap != IB_CM_LAP_UNINIT as i32 && lap != IB_CM_LAP_IDLE as i32)

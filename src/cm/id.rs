@@ -8,7 +8,9 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::device::Device;
 use super::event::CmEvent;
+use super::listen::{BacklogSlot, waits_for_answer};
 use crate::abi::{ib_cm_lap_state, ib_cm_state};
+use crate::errno::{CmResult, EINVAL};
 use crate::timer::TimerId;
 use crate::transport::MadAddr;
 use crate::wire::Mad;
@@ -125,6 +127,9 @@ pub struct CmIdInner {
     pub timewait_timer: Option<TimerId>,
     /// Listener sharing count (`listen_sharecount`).
     pub listen_sharecount: u32,
+    /// A new id's place in its listener's backlog, while it waits for its
+    /// user's answer (beyond the kernel).
+    pub backlog_slot: Option<BacklogSlot>,
 }
 
 /// A cm_id. `#[repr(C)]` with `public` first: the C `struct ib_cm_id *` is the
@@ -137,10 +142,18 @@ pub struct CmIdPriv {
     pub device: Arc<Device>,
     pub handler: Handler,
     inner: Mutex<CmIdInner>,
-    /// Held while this id's handler runs; `ib_destroy_cm_id` takes it to wait
-    /// for a running handler.
+    /// Held while this id's handler runs, and while a handler of a new id
+    /// this listener made runs (REQ_RECEIVED, SIDR_REQ_RECEIVED);
+    /// `ib_destroy_cm_id` takes it to wait for them. Lock order: a
+    /// listener's before its new id's.
     pub(super) callback: Mutex<()>,
+    /// Set under the id lock when `ib_destroy_cm_id` starts: from then on
+    /// every entry point refuses the id ([`CmIdPriv::lock_live`]) and no
+    /// handler of it starts.
     pub(super) destroyed: AtomicBool,
+    /// A listener's new ids waiting for its user's answer (their
+    /// `BacklogSlot`s).
+    pub(super) backlog: AtomicUsize,
 }
 
 impl CmIdPriv {
@@ -166,6 +179,7 @@ impl CmIdPriv {
             inner: Mutex::new(inner),
             callback: Mutex::new(()),
             destroyed: AtomicBool::new(false),
+            backlog: AtomicUsize::new(0),
         }
     }
 
@@ -180,6 +194,17 @@ impl CmIdPriv {
             id: self,
             inner: self.inner.lock(),
         }
+    }
+
+    /// Takes the id lock for an entry point of the API: `-EINVAL` once
+    /// `ib_destroy_cm_id` has started, so a call that found the id just
+    /// before it was destroyed cannot bring it back (listen, send a request).
+    pub fn lock_live(&self) -> CmResult<Locked<'_>> {
+        let l = self.lock();
+        if self.is_destroyed() {
+            return Err(EINVAL);
+        }
+        Ok(l)
     }
 
     /// The current state, read without the lock (for diagnostics and tests).
@@ -205,6 +230,10 @@ impl Locked<'_> {
 
     pub fn set_state(&mut self, state: ib_cm_state) {
         self.id.public.state.store(state as i32, Ordering::Release);
+        if !waits_for_answer(state) {
+            // Answered (or rejected, or destroyed): room for another request.
+            self.inner.backlog_slot = None;
+        }
     }
 
     pub fn lap_state(&self) -> i32 {

@@ -3,7 +3,9 @@
 //!
 //! Locks: one mutex per cm_id (its state), one global table lock; an id lock
 //! may be held while taking the table lock or queueing work, never the reverse.
-//! Handlers run on the worker thread with no lock held.
+//! Handlers run on the worker thread with no such lock held, under their id's
+//! callback guard (and a new id's REQ handler also under its listener's,
+//! taken first: `deliver`).
 
 mod apr;
 mod bounded;
@@ -149,8 +151,10 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
 }
 
 /// How many cm_ids exist (all devices): 0 when everything was destroyed.
+/// Counted per device, since not every id has a local comm ID in the table
+/// (`ib_cm_insert_listen`'s listeners have none, as in the kernel).
 pub fn id_count() -> usize {
-    tables().local.len()
+    tables().devices.values().map(|d| d.id_count()).sum()
 }
 #[cfg(test)]
 mod tests;

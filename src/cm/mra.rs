@@ -74,7 +74,7 @@ fn enter_mra_sent(l: &mut Locked, to: MraSent, service_timeout: u8, private_data
 /// LAP) gets an MRA, service timeout `CM_MRA_SETTING`, no private data. No
 /// MAD is sent now.
 pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     let to = mra_sent_from(&l)?;
     enter_mra_sent(&mut l, to, CM_MRA_SETTING, &[]);
     Ok(())
@@ -89,7 +89,7 @@ pub fn send_mra(id: &Arc<CmIdPriv>, service_timeout: u8, private_data: Option<&[
     if pd.len() > data_size::MRA_PRIVATE_DATA_SIZE {
         return Err(EINVAL);
     }
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     let to = mra_sent_from(&l)?;
     if service_timeout & IB_CM_MRA_FLAG_DELAY == 0 {
         send_untracked(&l, &format_mra_with(&l, to.mraed(), service_timeout, pd))?;

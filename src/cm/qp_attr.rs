@@ -122,7 +122,7 @@ impl QpAttr {
 
 /// `ib_cm_init_qp_attr()` for the requested `qp_state`.
 pub fn init_qp_attr(id: &Arc<CmIdPriv>, qp_state: i32) -> CmResult<QpAttr> {
-    let l = id.lock();
+    let l = id.lock_live()?;
     let state = l.state();
     let i = &l.inner;
     let mut a = QpAttr {

@@ -51,6 +51,13 @@ impl Received {
         }
     }
 
+    /// Counts this request as dropped: its listener's backlog is full.
+    pub fn listen_overflow(&self) {
+        if let Ok(c) = self.device.counters(self.port) {
+            c.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Counts this MAD as dropped: malformed.
     pub fn malformed(&self) {
         malformed(&self.device, self.port);

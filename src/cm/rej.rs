@@ -59,7 +59,7 @@ pub fn send_rej(id: &Arc<CmIdPriv>, reason: u16, ari: &[u8], pd: &[u8]) -> CmRes
     if pd.len() > data_size::REJ_PRIVATE_DATA_SIZE || ari.len() > data_size::REJ_ARI_LENGTH {
         return Err(EINVAL);
     }
-    send_rej_locked(&mut id.lock(), reason, ari, pd)
+    send_rej_locked(&mut id.lock_live()?, reason, ari, pd)
 }
 
 /// `cm_issue_rej()`: a stateless REJ answering `work`, comm IDs swapped.

@@ -41,7 +41,7 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
     if p.private_data.len() > data_size::REP_PRIVATE_DATA_SIZE {
         return Err(EINVAL);
     }
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if !matches!(l.state(), IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT) {
         return Err(EINVAL);
     }

@@ -12,7 +12,7 @@ use super::rej::{format_rej, issue_rej, send_rej_locked};
 use super::send::{form_tid, send_tracked};
 use super::tables::tables;
 use super::worker::queue_event;
-use super::{create_child_id, dreq, pd_array};
+use super::{create_child_id, dreq, listen, pd_array};
 use crate::abi::ib_cm_event_type::IB_CM_REQ_RECEIVED;
 use crate::abi::ib_cm_rej_reason::*;
 use crate::abi::ib_cm_state::*;
@@ -132,7 +132,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
         )),
         None => None,
     };
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
         return Err(EINVAL);
     }
@@ -313,11 +313,15 @@ pub fn req_handler(work: Received) {
         }
     };
 
+    let Some(slot) = listen::backlog_slot(&listener, &work) else {
+        return;
+    };
     let primary_path = path_from_req(&req);
     let new_id = create_child_id(&listener);
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
     l.set_state(IB_CM_REQ_RCVD);
+    l.inner.backlog_slot = Some(slot);
     l.set_service_id(req.service_id);
     l.set_remote_id(req.local_comm_id);
     l.inner.remote_ca_guid = guid;

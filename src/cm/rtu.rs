@@ -22,7 +22,7 @@ pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
     if private_data.len() > data_size::RTU_PRIVATE_DATA_SIZE {
         return Err(EINVAL);
     }
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if !matches!(l.state(), IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT) {
         return Err(EINVAL);
     }

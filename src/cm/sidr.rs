@@ -11,10 +11,10 @@ use super::req::av_from_path;
 use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
 use super::tables::tables;
 use super::worker::queue_event;
-use super::{create_child_id, new_id, pd_array};
+use super::{create_child_id, listen, new_id, pd_array};
 use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::{IB_CM_SIDR_REP_RECEIVED, IB_CM_SIDR_REQ_RECEIVED};
-use crate::abi::ib_cm_sidr_status::{IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
+use crate::abi::ib_cm_sidr_status::{self, IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
 use crate::abi::ib_cm_state::*;
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::sidr_rep::{CM_SIDR_REP_ADDITIONAL_INFORMATION, CM_SIDR_REP_PRIVATE_DATA};
@@ -49,7 +49,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
         return Err(EINVAL);
     }
     let port = id.device.port_by_gid(&p.path.sgid).ok_or(EINVAL)?;
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
     }
@@ -112,7 +112,7 @@ pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
     {
         return Err(EINVAL);
     }
-    let mut l = id.lock();
+    let mut l = id.lock_live()?;
     if l.state() != IB_CM_SIDR_REQ_RCVD {
         return Err(EINVAL);
     }
@@ -120,11 +120,15 @@ pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
 }
 
 /// What destroying an id in SIDR_REQ_RCVD sends: a SIDR_REP that rejects.
-/// The id is forgotten even if it cannot be sent (`cm_destroy_id` does not
-/// try again).
 pub fn reject_sidr_req_locked(l: &mut Locked) {
+    answer_sidr_req_locked(l, IB_SIDR_REJECT);
+}
+
+/// A SIDR_REP with `status` and nothing else. The request is forgotten even
+/// if it cannot be sent (`cm_destroy_id` does not try again).
+pub fn answer_sidr_req_locked(l: &mut Locked, status: ib_cm_sidr_status) {
     let p = SidrRepParams {
-        status: IB_SIDR_REJECT as u8,
+        status: status as u8,
         ..SidrRepParams::default()
     };
     let _ = send_sidr_rep_locked(l, &p);
@@ -164,19 +168,19 @@ pub fn sidr_req_handler(work: Received) {
         l.set_service_id(req.service_id);
         l.inner.tid = work.tid;
         l.inner.av = av;
-        let p = SidrRepParams {
-            status: IB_SIDR_UNSUPPORTED as u8,
-            ..SidrRepParams::default()
-        };
-        let _ = send_sidr_rep_locked(&mut l, &p);
+        answer_sidr_req_locked(&mut l, IB_SIDR_UNSUPPORTED);
         drop(l);
         super::forget_unfinalized(&id);
+        return;
+    };
+    let Some(slot) = listen::backlog_slot(&listener, &work) else {
         return;
     };
     let new_id = create_child_id(&listener);
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
     l.set_state(IB_CM_SIDR_REQ_RCVD);
+    l.inner.backlog_slot = Some(slot);
     l.set_remote_id(req.request_id);
     l.set_service_id(req.service_id);
     l.inner.tid = work.tid;

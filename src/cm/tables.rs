@@ -2,8 +2,8 @@
 //! local-id xarray). Lock order: an id lock may be held while taking this lock,
 //! never the reverse.
 
-use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Weak};
@@ -145,4 +145,30 @@ impl Tables {
             .get(&(remote_id, remote_ca_guid))
             .and_then(Weak::upgrade)
     }
+}
+
+/// How many destroyed ids keep their memory before it may be reused.
+pub const ID_QUARANTINE: usize = 1024;
+
+/// The last `ID_QUARANTINE` destroyed ids, oldest first. A weak reference
+/// drops the id but keeps its allocation (about 300 bytes), so the allocator
+/// cannot hand that address to a new id at once.
+static QUARANTINE: LazyLock<Mutex<VecDeque<Weak<CmIdPriv>>>> =
+    LazyLock::new(|| Mutex::new(VecDeque::with_capacity(ID_QUARANTINE + 1)));
+
+/// Keeps the address of `id`, just destroyed, from being reused until
+/// `ID_QUARANTINE` more ids were destroyed: a stale C pointer to it finds
+/// no id (`-EINVAL`) rather than someone else's new one.
+pub fn quarantine(id: &Arc<CmIdPriv>) {
+    let released = {
+        let mut q = QUARANTINE.lock();
+        q.push_back(Arc::downgrade(id));
+        if q.len() > ID_QUARANTINE {
+            q.pop_front()
+        } else {
+            None
+        }
+    };
+    // Freeing the memory happens here, after the lock.
+    drop(released);
 }

@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
-use super::{destroy, recv, send, timewait};
+use super::{destroy, listen, recv, send, timewait};
 use crate::timer::{TimerId, Timers};
 use crate::transport::MadAddr;
 use crate::wire::Mad;
@@ -59,8 +59,9 @@ struct Queue {
 static QUEUE: LazyLock<(Mutex<Queue>, Condvar)> = LazyLock::new(Default::default);
 
 thread_local! {
-    /// The cm_id whose handler runs on this thread, if any.
-    static IN_HANDLER: Cell<usize> = const { Cell::new(0) };
+    /// The cm_id whose handler runs on this thread, and the listener whose
+    /// callback guard that handler runs under (0: none).
+    static IN_HANDLER: Cell<[usize; 2]> = const { Cell::new([0; 2]) };
 }
 
 fn push(work: Work) {
@@ -127,9 +128,11 @@ pub fn pending() -> (usize, usize) {
     (queue.work.len() + taken, queue.timers.len())
 }
 
-/// True while the calling thread runs the handler of the id at `addr`.
+/// True while the calling thread runs the handler of the id at `addr`, or
+/// of a new id that the listener at `addr` made: that thread holds the id's
+/// callback guard already.
 pub fn in_handler_of(addr: usize) -> bool {
-    IN_HANDLER.with(|h| h.get() == addr)
+    addr != 0 && IN_HANDLER.with(|h| h.get().contains(&addr))
 }
 
 fn start() {
@@ -241,15 +244,29 @@ fn fire(timer: TimerId, work: TimerWork) {
 
 /// Runs `id`'s handler for `event` (`cm_process_work`): skipped if the id was
 /// destroyed; a non-zero return destroys the id afterwards.
+///
+/// A new id's REQ_RECEIVED or SIDR_REQ_RECEIVED runs under its listener's
+/// callback guard, as the kernel's cm_req_handler runs it holding a reference
+/// on the listener: `ib_destroy_cm_id(listener)` waits for it, and once the
+/// listener is destroyed no handler with its context starts; the new id is
+/// then refused as if no listener had matched.
 fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
+    let listener = listen::listener_of(event);
+    let _listener_running = listener.map(|l| l.callback.lock());
+    if let Some(listener) = listener
+        && listener.is_destroyed()
+    {
+        listen::refuse_orphan(id);
+        return;
+    }
     let ret = {
         let _running = id.callback.lock();
         if id.is_destroyed() {
             return;
         }
-        IN_HANDLER.with(|h| h.set(id.addr()));
+        IN_HANDLER.with(|h| h.set([id.addr(), listener.map_or(0, |l| l.addr())]));
         let ret = (id.handler)(id, event);
-        IN_HANDLER.with(|h| h.set(0));
+        IN_HANDLER.with(|h| h.set([0; 2]));
         ret
     };
     if ret != 0 {

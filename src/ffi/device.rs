@@ -127,6 +127,7 @@ pub unsafe extern "C" fn ibcm_get_counters(
             cm_rx_duplicates: s.rx_duplicates,
             rx_malformed: s.rx_malformed,
             rx_unmatched: s.rx_unmatched,
+            rx_listen_overflows: s.rx_listen_overflows,
         };
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { out.write(counters) };

@@ -8,6 +8,7 @@ mod connect;
 mod counters;
 mod disconnect;
 mod fidelity;
+mod hardening;
 mod hostile;
 mod lap;
 mod sidr;

@@ -1,0 +1,246 @@
+//! Issue 10 ("safe inside a long-running daemon"): the engine-level tests,
+//! named after the issue's points.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::*;
+use crate::abi::ib_cm_rej_reason::IB_CM_REJ_CONSUMER_DEFINED;
+use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
+use crate::cm::listen::LISTEN_BACKLOG;
+use crate::cm::worker::queue_event;
+use crate::cm::{
+    SidrRepParams, SidrReqParams, destroy_id, prepare_mra, send_rej, send_rep, send_req,
+    send_sidr_rep, send_sidr_req,
+};
+
+/// Keeps the worker busy: each event for the gate's id blocks its handler
+/// until the test has released that many.
+#[derive(Default)]
+struct Gate {
+    entered: AtomicUsize,
+    released: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn handler(self: &Arc<Self>) -> Handler {
+        let gate = self.clone();
+        Arc::new(move |_, _| {
+            let n = gate.entered.fetch_add(1, Ordering::AcqRel) + 1;
+            let mut released = gate.released.lock();
+            while *released < n {
+                gate.changed.wait(&mut released);
+            }
+            0
+        })
+    }
+
+    /// Queues one more blocking event for `id` (which has `handler()`).
+    fn block(&self, id: &Arc<CmIdPriv>) {
+        queue_event(id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    }
+
+    fn wait_entered(&self, n: usize) {
+        wait_until("the worker blocks", || {
+            self.entered.load(Ordering::Acquire) >= n
+        });
+    }
+
+    fn release(&self, n: usize) {
+        *self.released.lock() = n;
+        self.changed.notify_all();
+    }
+}
+
+#[test]
+fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
+    let pair = Pair::new();
+    let gate = Arc::new(Gate::default());
+    let blocker = super::super::create_id(&pair.b, gate.handler());
+    gate.block(&blocker);
+    gate.wait_entered(1);
+    let params = SidrReqParams {
+        path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
+        service_id: SERVICE_ID,
+        timeout_ms: 60_000,
+        private_data: Vec::new(),
+        max_cm_retries: 1,
+    };
+    send_sidr_req(&pair.active, &params).unwrap();
+    // Queued behind the SIDR_REQ: its new id is made before this runs, and
+    // the new id's event waits behind it.
+    gate.block(&blocker);
+    gate.release(1);
+    gate.wait_entered(2);
+    assert_eq!(pair.b.id_count(), 3); // listener, blocker, new id
+
+    destroy_id(&pair.listener, 0);
+    gate.release(2);
+    let got = pair.rec.wait(Some(&pair.active), IB_CM_SIDR_REP_RECEIVED);
+    assert_eq!(got.sidr_status, Some(IB_SIDR_UNSUPPORTED as u8));
+    assert_eq!(pair.rec.count(IB_CM_SIDR_REQ_RECEIVED), 0);
+    wait_until("the refused id is gone", || pair.b.id_count() == 1);
+    destroy_id(&blocker, 0);
+    pair.finish(&[]);
+}
+
+/// The new ids the listener's handler was given so far.
+fn new_ids(rec: &Recorder) -> Vec<Arc<CmIdPriv>> {
+    rec.seen
+        .lock()
+        .iter()
+        .filter_map(|s| s.new_id.clone())
+        .collect()
+}
+
+#[test]
+fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
+    let pair = Pair::new();
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
+    let mut params = pair.req_params();
+    params.remote_cm_response_timeout = 31; // no retransmission in this test
+    let full: Vec<_> = (0..LISTEN_BACKLOG)
+        .map(|i| {
+            let id = super::super::create_id(&pair.a, pair.rec.handler());
+            params.qp_num = 0x10_0000 + i as u32;
+            send_req(&id, &params).unwrap();
+            id
+        })
+        .collect();
+    wait_until("the backlog is full", || {
+        pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG
+    });
+    assert_eq!(counters(&pair.b).rx_listen_overflows, 0);
+
+    // One more: dropped silently and counted; its retransmissions too, while
+    // the backlog stays full.
+    let extra = super::super::create_id(&pair.a, pair.rec.handler());
+    params.qp_num = 0x20_0000;
+    // Retransmitted every second, for 15 s: longer than any wait here.
+    params.remote_cm_response_timeout = 18;
+    params.max_cm_retries = 15;
+    send_req(&extra, &params).unwrap();
+    wait_until("REQs beyond the backlog are counted", || {
+        counters(&pair.b).rx_listen_overflows >= 2
+    });
+    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), LISTEN_BACKLOG);
+    assert_eq!(pair.b.id_count(), 1 + LISTEN_BACKLOG);
+    assert_eq!(extra.state(), IB_CM_REQ_SENT);
+
+    // Once the user answers one, the next retransmission gets through.
+    let children = new_ids(&pair.rec);
+    send_rej(&children[0], IB_CM_REJ_CONSUMER_DEFINED as u16, &[], &[]).unwrap();
+    let got = pair.rec.wait(None, IB_CM_REQ_RECEIVED);
+    assert_eq!(got.id, children[0].addr()); // the first; wait for the new one:
+    wait_until("the retransmitted REQ is taken", || {
+        pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG + 1
+    });
+    let last = new_ids(&pair.rec).pop().unwrap();
+    assert_eq!(last.state(), IB_CM_REQ_RCVD);
+    assert_eq!(
+        u32::from_be(last.public.remote_id.load(Ordering::Relaxed)),
+        { u32::from_be(extra.public.local_id.load(Ordering::Relaxed)) }
+    );
+
+    for id in new_ids(&pair.rec).iter().chain(&full) {
+        destroy_id(id, 0);
+    }
+    pair.finish(&[&extra]);
+}
+
+fn counters(device: &Device) -> crate::cm::counters::Snapshot {
+    device.counters(1).unwrap().snapshot()
+}
+
+#[test]
+fn hardening_03_listen_racing_destroy_never_revives_the_id() {
+    let device = super::super::open_device(&loop_name()).unwrap();
+    let rec = Arc::new(Recorder::default());
+    let barrier = std::sync::Barrier::new(2);
+    for round in 0..500u64 {
+        let service_id = SERVICE_ID + round;
+        let victim = super::super::create_id(&device, rec.handler());
+        let listened = std::thread::scope(|s| {
+            let listener = s.spawn(|| {
+                barrier.wait();
+                (0..20)
+                    .filter(|_| super::super::listen(&victim, service_id).is_ok())
+                    .count()
+            });
+            barrier.wait();
+            destroy_id(&victim, 0);
+            listener.join().unwrap()
+        });
+        assert!(listened <= 1, "round {round}: listened {listened} times");
+        let fresh = super::super::create_id(&device, rec.handler());
+        assert_eq!(
+            super::super::listen(&fresh, service_id),
+            Ok(()),
+            "round {round}"
+        );
+        destroy_id(&fresh, 0);
+    }
+    assert_eq!(device.id_count(), 0);
+    super::super::close_device(&device).unwrap();
+}
+
+#[test]
+fn hardening_05b_backlog_counts_new_ids_until_answered_rejected_or_destroyed() {
+    let pair = Pair::new();
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
+    pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0));
+    let backlog = || pair.listener.backlog.load(Ordering::Acquire);
+    let mut params = pair.req_params();
+    params.remote_cm_response_timeout = 31;
+    let mut next_req = |qpn: u32| {
+        let id = super::super::create_id(&pair.a, pair.rec.handler());
+        params.qp_num = qpn;
+        let n = pair.rec.count(IB_CM_REQ_RECEIVED) + 1;
+        send_req(&id, &params).unwrap();
+        wait_until("REQ_RECEIVED", || pair.rec.count(IB_CM_REQ_RECEIVED) == n);
+        (id, new_ids(&pair.rec).pop().unwrap())
+    };
+
+    // Answered with a REP, after an MRA (still waiting while MRA_REQ_SENT).
+    let (a1, answered) = next_req(0x100);
+    assert_eq!(backlog(), 1);
+    prepare_mra(&answered).unwrap();
+    assert_eq!(backlog(), 1);
+    send_rep(&answered, &rep_params(&[])).unwrap();
+    assert_eq!(backlog(), 0);
+    // Rejected by the user; destroyed unanswered.
+    let (a2, rejected) = next_req(0x200);
+    send_rej(&rejected, IB_CM_REJ_CONSUMER_DEFINED as u16, &[], &[]).unwrap();
+    assert_eq!(backlog(), 0);
+    let (a3, dropped) = next_req(0x300);
+    destroy_id(&dropped, 0);
+    assert_eq!(backlog(), 0);
+    // Rejected by the peer (its destroy sends REJ TIMEOUT).
+    let (a4, given_up) = next_req(0x400);
+    assert_eq!(backlog(), 1);
+    destroy_id(&a4, 0);
+    pair.rec.wait(Some(&given_up), IB_CM_REJ_RECEIVED);
+    assert_eq!(backlog(), 0);
+
+    // A SIDR_REQ's new id waits until its SIDR_REP.
+    let params = SidrReqParams {
+        path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
+        service_id: SERVICE_ID,
+        timeout_ms: 60_000,
+        private_data: Vec::new(),
+        max_cm_retries: 1,
+    };
+    send_sidr_req(&pair.active, &params).unwrap();
+    let sidr = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    assert_eq!(backlog(), 1);
+    send_sidr_rep(&sidr, &SidrRepParams::default()).unwrap();
+    assert_eq!(backlog(), 0);
+
+    for id in [&a1, &a2, &a3, &sidr] {
+        destroy_id(id, 0);
+    }
+    pair.finish(&[&answered, &rejected, &given_up]);
+}
