@@ -740,9 +740,12 @@ pub struct ibcm_counters {
     /// Dropped on receipt: no connection matches it, or it is not expected in
     /// the connection's state (the kernel drops these silently).
     pub rx_unmatched: u64,
+    /// Dropped on receipt: 65,536 received MADs of the device were already
+    /// waiting for the CM (a handler that does not return holds them up).
+    pub rx_dropped: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 2));
+const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 3));
 
 /// What the library holds right now (`ibcm_get_stats()`): all zero once every
 /// cm_id is destroyed and the fabric is quiet.

@@ -678,6 +678,11 @@ struct ibcm_counters {
    the connection's state (the kernel drops these silently).
    */
   uint64_t rx_unmatched;
+  /*
+   Dropped on receipt: 65,536 received MADs of the device were already
+   waiting for the CM (a handler that does not return holds them up).
+   */
+  uint64_t rx_dropped;
 };
 
 /*

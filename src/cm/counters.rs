@@ -35,6 +35,8 @@ pub struct PortCounters {
     /// Dropped on receipt: no matching connection or not expected in its state
     /// (the kernel's silent drops).
     pub rx_unmatched: AtomicU64,
+    /// Dropped on receipt: the device had a full receive queue.
+    pub rx_dropped: AtomicU64,
 }
 
 /// A snapshot, laid out like `struct ibcm_counters`.
@@ -46,6 +48,7 @@ pub struct Snapshot {
     pub rx_duplicates: [u64; ATTR_COUNT],
     pub rx_malformed: u64,
     pub rx_unmatched: u64,
+    pub rx_dropped: u64,
 }
 
 impl PortCounters {
@@ -72,6 +75,7 @@ impl PortCounters {
             rx_duplicates: load(&self.rx_duplicates),
             rx_malformed: self.rx_malformed.load(Ordering::Relaxed),
             rx_unmatched: self.rx_unmatched.load(Ordering::Relaxed),
+            rx_dropped: self.rx_dropped.load(Ordering::Relaxed),
         }
     }
 }

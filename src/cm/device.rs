@@ -79,6 +79,8 @@ pub struct Device {
     counters: Vec<PortCounters>,
     /// How many cm_ids of this device exist; it cannot close before they go.
     pub(super) ids: AtomicUsize,
+    /// Received MADs of this device waiting for the worker.
+    rx_queued: AtomicUsize,
 }
 
 /// What a device is made of before its transport opens.
@@ -187,6 +189,7 @@ impl Device {
                 hi_tid: 1,
                 transport,
                 ids: AtomicUsize::new(0),
+                rx_queued: AtomicUsize::new(0),
             }
         });
         result.map(|()| device)
@@ -251,6 +254,28 @@ impl Device {
     pub fn count(&self, port_num: u8, counter: Counter, attr_id: u16) {
         if let Ok(c) = self.counters(port_num) {
             c.add(counter, attr_id);
+        }
+    }
+
+    /// Takes a place in this device's receive queue, if fewer than `cap`
+    /// received MADs wait there.
+    pub fn reserve_rx_slot(&self, cap: usize) -> bool {
+        self.rx_queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A received MAD left the receive queue.
+    pub fn release_rx_slot(&self) {
+        self.rx_queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Counts a received MAD dropped because the receive queue was full.
+    pub fn count_rx_dropped(&self, port_num: u8) {
+        if let Ok(c) = self.counters(port_num) {
+            c.rx_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -127,6 +127,7 @@ pub unsafe extern "C" fn ibcm_get_counters(
             cm_rx_duplicates: s.rx_duplicates,
             rx_malformed: s.rx_malformed,
             rx_unmatched: s.rx_unmatched,
+            rx_dropped: s.rx_dropped,
         };
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { out.write(counters) };

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::cm::send_req;
+use crate::cm::worker::RX_QUEUE_CAP;
 use crate::wire::attr;
 
 /// `timeout_sends()` in mad.c: a tracked MAD whose retry cannot be posted
@@ -19,5 +20,48 @@ fn hardening_15b_timeout_sends_failed_retry_send_completes_with_resp_timeout() {
     // Only the first (lost) REQ reached the fabric: nothing after the failed retry.
     assert_eq!(pair.loop_a().sent(attr::REQ), 1);
     assert_eq!(pair.a.counters(1).unwrap().snapshot().tx_retries[0], 0);
+    pair.finish(&[]);
+}
+
+/// Received MADs queued for the worker are bounded per device: while a
+/// handler blocks the worker, what arrives beyond the bound is dropped and
+/// counted (`rx_dropped`), and everything queued is handled once it unblocks.
+#[test]
+fn hardening_05a_receive_queue_is_bounded_per_device() {
+    let pair = Pair::new();
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    let entered_tx = Mutex::new(entered_tx);
+    pair.rec.on(
+        IB_CM_REQ_RECEIVED,
+        Arc::new(move |_, _| {
+            // Only the first REQ blocks (retransmissions may follow).
+            if entered_tx.lock().send(()).is_ok() {
+                let _ = released.lock().recv_timeout(WAIT);
+            }
+            -1 // destroy the new id: nothing to answer
+        }),
+    );
+    let p = ReqParams {
+        remote_cm_response_timeout: 22, // 17 s: no REQ retry joins the flood
+        ..pair.req_params()
+    };
+    send_req(&pair.active, &p).unwrap();
+    entered.recv_timeout(WAIT).unwrap(); // the worker is now blocked
+    drop(entered);
+    let over = 100;
+    let garbage: Mad = [0; crate::wire::MAD_SIZE]; // malformed: class 0
+    for _ in 0..RX_QUEUE_CAP + over {
+        pair.send_from(&pair.a, &pair.b, &garbage);
+    }
+    release.send(()).unwrap();
+    let counters = || pair.b.counters(1).unwrap().snapshot();
+    wait_until("every MAD was handled or dropped", || {
+        let c = counters();
+        c.rx_malformed + c.rx_dropped == (RX_QUEUE_CAP + over) as u64
+    });
+    assert_eq!(counters().rx_malformed, RX_QUEUE_CAP as u64);
+    assert_eq!(counters().rx_dropped, over as u64);
     pair.finish(&[]);
 }
