@@ -215,10 +215,14 @@ fn run() {
     }
 }
 
-/// A received MAD leaves the device's queue and goes to `cm_recv_handler`.
+/// A received MAD leaves the device's queue and goes to `cm_recv_handler`,
+/// unless the device was closed meanwhile: a closed device sends nothing, and
+/// nobody is left to care (not counted: its counters are gone with it).
 fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     device.release_rx_slot();
-    recv::recv_handler(device, port, addr, mad);
+    if !device.is_closed() {
+        recv::recv_handler(device, port, addr, mad);
+    }
 }
 
 fn fire(timer: TimerId, work: TimerWork) {

@@ -65,3 +65,27 @@ fn hardening_05a_receive_queue_is_bounded_per_device() {
     assert_eq!(counters().rx_dropped, over as u64);
     pair.finish(&[]);
 }
+
+/// A closed device reaches its transport no more: sends fail with `-ENODEV`
+/// (nothing reaches the fabric), and no id can be made on it.
+#[test]
+fn hardening_02_closed_device_refuses_sends_and_ids() {
+    let pair = Pair::new();
+    let garbage: Mad = [0; crate::wire::MAD_SIZE];
+    let before = pair.loop_b().sent(0);
+    let b = pair.b.clone();
+    super::super::destroy_id(&pair.listener, 0);
+    super::super::close_device(&b).unwrap();
+    let to_a = MadAddr {
+        dgid: pair.a.ports[0].gids[0].gid,
+        ..MadAddr::default()
+    };
+    assert_eq!(b.send(1, &to_a, &garbage), Err(crate::errno::ENODEV));
+    assert_eq!(pair.loop_b().sent(0), before);
+    assert_eq!(
+        super::super::create_id(&b, pair.rec.handler()).err(),
+        Some(crate::errno::EINVAL)
+    );
+    super::super::destroy_id(&pair.active, 0);
+    super::super::close_device(&pair.a).unwrap();
+}

@@ -197,9 +197,9 @@ impl Pair {
                 0
             }),
         );
-        let listener = super::create_id(&b, rec.handler());
+        let listener = super::create_id(&b, rec.handler()).unwrap();
         super::listen(&listener, SERVICE_ID).unwrap();
-        let active = super::create_id(&a, rec.handler());
+        let active = super::create_id(&a, rec.handler()).unwrap();
         Self {
             a,
             b,
