@@ -84,8 +84,10 @@ pub struct Device {
     counters: Vec<PortCounters>,
     /// How many cm_ids of this device exist; it cannot close before they go.
     pub(super) ids: AtomicUsize,
-    /// Received MADs of this device waiting for the worker.
+    /// Received MADs of this device waiting for the worker, and how many may
+    /// ([`worker::RX_QUEUE_CAP`]; tests lower it).
     rx_queued: AtomicUsize,
+    rx_queue_cap: AtomicUsize,
 }
 
 /// What a device is made of before its transport opens.
@@ -196,6 +198,7 @@ impl Device {
                 closed: RwLock::new(false),
                 ids: AtomicUsize::new(0),
                 rx_queued: AtomicUsize::new(0),
+                rx_queue_cap: AtomicUsize::new(worker::RX_QUEUE_CAP),
             }
         });
         result.map(|()| device)
@@ -269,14 +272,21 @@ impl Device {
         }
     }
 
-    /// Takes a place in this device's receive queue, if fewer than `cap`
-    /// received MADs wait there.
-    pub fn reserve_rx_slot(&self, cap: usize) -> bool {
+    /// Takes a place in this device's receive queue, if it is not full.
+    pub fn reserve_rx_slot(&self) -> bool {
+        let cap = self.rx_queue_cap.load(Ordering::Relaxed);
         self.rx_queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < cap).then_some(n + 1)
             })
             .is_ok()
+    }
+
+    /// A smaller receive queue: tests fill it without holding up the worker
+    /// that every test shares for long.
+    #[cfg(test)]
+    pub fn set_rx_queue_cap(&self, cap: usize) {
+        self.rx_queue_cap.store(cap, Ordering::Relaxed);
     }
 
     /// A received MAD left the receive queue.

@@ -74,7 +74,7 @@ pub const RX_QUEUE_CAP: usize = 65_536;
 
 /// Queues a received MAD, unless its device has [`RX_QUEUE_CAP`] queued.
 pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
-    if !device.reserve_rx_slot(RX_QUEUE_CAP) {
+    if !device.reserve_rx_slot() {
         device.count_rx_dropped(port);
         return;
     }
