@@ -186,7 +186,7 @@ fn send_dreq(c: &mut Criterion) {
     let a = cm::open_device(&name_a).expect("open active loop device");
     let b = cm::open_device(&name_b).expect("open passive loop device");
     let ev = Arc::new(Events::default());
-    let listener = cm::create_id(&b, passive_handler(ev.clone()));
+    let listener = cm::create_id(&b, passive_handler(ev.clone())).expect("create_id");
     cm::listen(&listener, 0x5107).expect("listen");
     let path = a
         .init_path(1, &b.ports[0].gids[0].gid)
@@ -217,7 +217,7 @@ fn send_dreq(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 qpn = qpn % 0x7f_fff0 + 1;
-                let id = cm::create_id(&a, handler.clone());
+                let id = cm::create_id(&a, handler.clone()).expect("create_id");
                 let p = ReqParams {
                     qp_num: qpn,
                     ..params.clone()
@@ -237,7 +237,7 @@ fn send_dreq(c: &mut Criterion) {
     });
     // The part of send_dreq that is not under the lock: taking and dropping
     // an uncontended id lock.
-    let idle = cm::create_id(&a, handler.clone());
+    let idle = cm::create_id(&a, handler.clone()).expect("create_id");
     g.bench_function("CmIdPriv::lock+unlock (uncontended)", |bench| {
         bench.iter(|| drop(black_box(&idle).lock()))
     });

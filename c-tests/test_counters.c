@@ -16,12 +16,13 @@
 
 #include <stddef.h>
 
-_Static_assert(sizeof(struct ibcm_counters) == 4 * 11 * 8 + 24, "struct ibcm_counters");
+_Static_assert(sizeof(struct ibcm_counters) == 4 * 11 * 8 + 32, "struct ibcm_counters");
 _Static_assert(offsetof(struct ibcm_counters, cm_tx_retries) == 88, "cm_tx_retries");
 _Static_assert(offsetof(struct ibcm_counters, cm_rx_msgs) == 176, "cm_rx_msgs");
 _Static_assert(offsetof(struct ibcm_counters, cm_rx_duplicates) == 264, "cm_rx_duplicates");
 _Static_assert(offsetof(struct ibcm_counters, rx_malformed) == 352, "rx_malformed");
 _Static_assert(offsetof(struct ibcm_counters, rx_listen_overflows) == 368, "rx_listen_overflows");
+_Static_assert(offsetof(struct ibcm_counters, rx_dropped) == 376, "rx_dropped");
 _Static_assert(IBCM_CNT_REQ == 0 && IBCM_CNT_DREQ == 5 && IBCM_CNT_DREP == 6 &&
                IBCM_CNT_APR == 10 && IBCM_CNT_ATTRS == 11, "enum ibcm_counter_attr");
 

@@ -750,9 +750,12 @@ pub struct ibcm_counters {
     /// holds 1024 new ids its user has not answered (beyond the kernel); the
     /// peer's retransmission gets another chance.
     pub rx_listen_overflows: u64,
+    /// Dropped on receipt: 65,536 received MADs of the device were already
+    /// waiting for the CM (a handler that does not return holds them up).
+    pub rx_dropped: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 3));
+const _: () = assert!(core::mem::size_of::<ibcm_counters>() == 8 * (4 * 11 + 4));
 
 /// What the library holds right now (`ibcm_get_stats()`): all zero once every
 /// cm_id is destroyed and the fabric is quiet.

@@ -874,7 +874,7 @@ impl World {
     }
 
     fn new_id(&self, dev: usize) -> Arc<CmIdPriv> {
-        cm::create_id(&self.devs[dev], handler())
+        cm::create_id(&self.devs[dev], handler()).expect("the device is open")
     }
 
     fn push(

@@ -689,6 +689,11 @@ struct ibcm_counters {
    peer's retransmission gets another chance.
    */
   uint64_t rx_listen_overflows;
+  /*
+   Dropped on receipt: 65,536 received MADs of the device were already
+   waiting for the CM (a handler that does not return holds them up).
+   */
+  uint64_t rx_dropped;
 };
 
 /*

@@ -38,6 +38,8 @@ pub struct PortCounters {
     /// Dropped on receipt: a REQ or SIDR_REQ for a listener whose backlog is
     /// full (`listen::LISTEN_BACKLOG`).
     pub rx_listen_overflows: AtomicU64,
+    /// Dropped on receipt: the device had a full receive queue.
+    pub rx_dropped: AtomicU64,
 }
 
 /// A snapshot, laid out like `struct ibcm_counters`.
@@ -50,6 +52,7 @@ pub struct Snapshot {
     pub rx_malformed: u64,
     pub rx_unmatched: u64,
     pub rx_listen_overflows: u64,
+    pub rx_dropped: u64,
 }
 
 impl PortCounters {
@@ -77,6 +80,7 @@ impl PortCounters {
             rx_malformed: self.rx_malformed.load(Ordering::Relaxed),
             rx_unmatched: self.rx_unmatched.load(Ordering::Relaxed),
             rx_listen_overflows: self.rx_listen_overflows.load(Ordering::Relaxed),
+            rx_dropped: self.rx_dropped.load(Ordering::Relaxed),
         }
     }
 }

@@ -6,10 +6,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+use parking_lot::RwLock;
+
 use super::counters::{Counter, PortCounters};
 use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::worker;
-use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, EOPNOTSUPP};
+use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV, EOPNOTSUPP};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
 use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
 use crate::transport::umad::UmadTransport;
@@ -75,10 +77,17 @@ pub struct Device {
     /// `hi_tid`; on real ports the kernel rewrites them anyway).
     pub hi_tid: u32,
     transport: Arc<dyn MadTransport>,
+    /// Set once by `close`. Every send holds it for reading, so close waits
+    /// for a send in progress and no send reaches the transport after it.
+    closed: RwLock<bool>,
     /// One set per port, in `ports` order.
     counters: Vec<PortCounters>,
     /// How many cm_ids of this device exist; it cannot close before they go.
     pub(super) ids: AtomicUsize,
+    /// Received MADs of this device waiting for the worker, and how many may
+    /// ([`worker::RX_QUEUE_CAP`]; tests lower it).
+    rx_queued: AtomicUsize,
+    rx_queue_cap: AtomicUsize,
 }
 
 /// What a device is made of before its transport opens.
@@ -186,7 +195,10 @@ impl Device {
                 ports: identity.ports,
                 hi_tid: 1,
                 transport,
+                closed: RwLock::new(false),
                 ids: AtomicUsize::new(0),
+                rx_queued: AtomicUsize::new(0),
+                rx_queue_cap: AtomicUsize::new(worker::RX_QUEUE_CAP),
             }
         });
         result.map(|()| device)
@@ -205,6 +217,7 @@ impl Device {
     }
 
     /// Sends one MAD; counted in `cm_tx_msgs` once the transport took it.
+    /// `-ENODEV` once the device is closed (or its port gone).
     pub fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
         self.send_with(port_num, addr, mad, |t| t.send(port_num, addr, mad))
     }
@@ -222,10 +235,15 @@ impl Device {
         mad: &Mad,
         send: impl FnOnce(&dyn MadTransport) -> CmResult,
     ) -> CmResult {
+        let closed = self.closed.read();
+        if *closed {
+            return Err(ENODEV);
+        }
         if crate::pcap::enabled() {
             crate::pcap::record(&self.source_gid(port_num, addr.sgid_index), &addr.dgid, mad);
         }
         send(&*self.transport)?;
+        drop(closed);
         self.count(port_num, Counter::TxMsgs, mad_attr_id(mad));
         Ok(())
     }
@@ -254,6 +272,35 @@ impl Device {
         }
     }
 
+    /// Takes a place in this device's receive queue, if it is not full.
+    pub fn reserve_rx_slot(&self) -> bool {
+        let cap = self.rx_queue_cap.load(Ordering::Relaxed);
+        self.rx_queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A smaller receive queue: tests fill it without holding up the worker
+    /// that every test shares for long.
+    #[cfg(test)]
+    pub fn set_rx_queue_cap(&self, cap: usize) {
+        self.rx_queue_cap.store(cap, Ordering::Relaxed);
+    }
+
+    /// A received MAD left the receive queue.
+    pub fn release_rx_slot(&self) {
+        self.rx_queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Counts a received MAD dropped because the receive queue was full.
+    pub fn count_rx_dropped(&self, port_num: u8) {
+        if let Ok(c) = self.counters(port_num) {
+            c.rx_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
         self.transport.drop_next(attr_id, count)
     }
@@ -267,9 +314,16 @@ impl Device {
         self.ids.load(Ordering::Acquire)
     }
 
-    /// Detaches from the fabric. The caller checked that no cm_id is left.
+    /// Detaches from the fabric once a send in progress is done; nothing is
+    /// sent or received after. The caller checked that no cm_id is left.
     pub fn close(&self) {
+        *self.closed.write() = true;
         self.transport.close();
+    }
+
+    /// Whether `close` has begun: received MADs still queued are dropped.
+    pub fn is_closed(&self) -> bool {
+        *self.closed.read()
     }
 
     /// `ibcm_init_path()`: a path from `port_num` to `dgid`.
@@ -349,7 +403,7 @@ struct ClosedTransport;
 
 impl MadTransport for ClosedTransport {
     fn send(&self, _port_num: u8, _addr: &MadAddr, _mad: &Mad) -> CmResult {
-        Err(crate::errno::ENODEV)
+        Err(ENODEV)
     }
 
     fn close(&self) {}

@@ -82,7 +82,7 @@ pub fn insert_listen(
             l.inner.listen_sharecount += 1;
             return Ok(cur.clone());
         }
-        let id = new_id(device.clone(), handler.clone());
+        let id = new_id(device.clone(), handler.clone())?;
         id.public.cm_handler.store(handler_key, Ordering::Release);
         let mut l = id.lock();
         let mut t = tables();

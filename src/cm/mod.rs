@@ -68,14 +68,25 @@ pub(crate) fn pd_array<const N: usize>(data: &[u8]) -> [u8; N] {
     out
 }
 
-fn new_id(device: Arc<Device>, handler: Handler) -> Arc<CmIdPriv> {
-    let local_id = tables().alloc_local_id();
-    device.ids.fetch_add(1, Ordering::AcqRel);
+/// A new id of `device`; `-EINVAL` once the device is closed. The id count
+/// is raised under the table lock `close_device` checks it under, so a close
+/// either sees the id or the id sees the device gone.
+fn new_id(device: Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
+    let local_id = {
+        let mut t = tables();
+        if !t.devices.contains_key(&(Arc::as_ptr(&device) as usize)) {
+            return Err(EINVAL);
+        }
+        device.ids.fetch_add(1, Ordering::AcqRel);
+        t.alloc_local_id()
+    };
     let inner = CmIdInner {
         local_id,
         ..CmIdInner::default()
     };
-    Arc::new_cyclic(|me| CmIdPriv::new(me.clone(), device, handler, inner))
+    Ok(Arc::new_cyclic(|me| {
+        CmIdPriv::new(me.clone(), device, handler, inner)
+    }))
 }
 
 /// Drops an id that was never made visible (a SIDR request nobody serves).
@@ -89,15 +100,17 @@ fn finalize_id(id: &Arc<CmIdPriv>) {
     tables().insert_id(local_id, id);
 }
 
-/// `ib_create_cm_id()`: a new IDLE id whose events go to `handler`.
-pub fn create_id(device: &Arc<Device>, handler: Handler) -> Arc<CmIdPriv> {
-    let id = new_id(device.clone(), handler);
+/// `ib_create_cm_id()`: a new IDLE id whose events go to `handler`;
+/// `-EINVAL` for a device that is not (or no longer) open.
+pub fn create_id(device: &Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
+    let id = new_id(device.clone(), handler)?;
     finalize_id(&id);
-    id
+    Ok(id)
 }
 
-/// The id a REQ creates for `listener`'s user (made visible once set up).
-fn create_child_id(listener: &Arc<CmIdPriv>) -> Arc<CmIdPriv> {
+/// The id a REQ creates for `listener`'s user (made visible once set up);
+/// `-EINVAL` if the device is being closed.
+fn create_child_id(listener: &Arc<CmIdPriv>) -> CmResult<Arc<CmIdPriv>> {
     new_id(listener.device.clone(), listener.handler.clone())
 }
 

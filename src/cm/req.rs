@@ -317,7 +317,9 @@ pub fn req_handler(work: Received) {
         return;
     };
     let primary_path = path_from_req(&req);
-    let new_id = create_child_id(&listener);
+    let Ok(new_id) = create_child_id(&listener) else {
+        return; // the device is closing
+    };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
     l.set_state(IB_CM_REQ_RCVD);

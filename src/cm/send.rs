@@ -77,8 +77,9 @@ fn still_wanted(sent_in: ib_cm_state, now: ib_cm_state) -> bool {
         )
 }
 
-/// The tracked MAD's timer fired: resend it, or, out of retries, report the
-/// timeout (`cm_process_send_error` with `IB_WC_RESP_TIMEOUT_ERR`).
+/// The tracked MAD's timer fired: resend it, or, out of retries or unable to
+/// resend, report the timeout (`cm_process_send_error` with
+/// `IB_WC_RESP_TIMEOUT_ERR`).
 pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     let mut l = id.lock();
     let state = l.state();
@@ -95,7 +96,8 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
-        // A failed resend is one more lost MAD; the next timeout handles it.
+        // `timeout_sends()`: a retry that cannot be posted completes the MAD
+        // at once, as if it had run out of retries.
         if id
             .device
             .send_shared(av.port_num, &av.addr, &msg.mad)
@@ -103,12 +105,12 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         {
             let attr_id = super::device::mad_attr_id(&msg.mad);
             id.device.count(av.port_num, Counter::TxRetries, attr_id);
+            let timer = arm_retransmit(&l, timeout_ms);
+            if let Some(msg) = l.inner.msg.as_mut() {
+                msg.timer = timer;
+            }
+            return;
         }
-        let timer = arm_retransmit(&l, timeout_ms);
-        if let Some(msg) = l.inner.msg.as_mut() {
-            msg.timer = timer;
-        }
-        return;
     }
     l.inner.msg = None;
     let event = match state {

@@ -162,7 +162,9 @@ pub fn sidr_req_handler(work: Received) {
     let Some(listener) = listener else {
         // Nobody serves it: answer UNSUPPORTED from a short-lived id, as the
         // kernel does.
-        let id = new_id(work.device.clone(), Arc::new(|_, _| 0));
+        let Ok(id) = new_id(work.device.clone(), Arc::new(|_, _| 0)) else {
+            return; // the device is closing
+        };
         let mut l = id.lock();
         l.set_remote_id(req.request_id);
         l.set_service_id(req.service_id);
@@ -176,7 +178,9 @@ pub fn sidr_req_handler(work: Received) {
     let Some(slot) = listen::backlog_slot(&listener, &work) else {
         return;
     };
-    let new_id = create_child_id(&listener);
+    let Ok(new_id) = create_child_id(&listener) else {
+        return; // the device is closing
+    };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
     l.set_state(IB_CM_SIDR_REQ_RCVD);

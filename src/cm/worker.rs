@@ -72,8 +72,20 @@ fn push(work: Work) {
     ready.notify_one();
 }
 
-/// Queues a received MAD.
+/// How many received MADs of one device may wait for the worker. Beyond it
+/// they are dropped and counted (`rx_dropped`): a handler that blocks must not
+/// make a flooding peer grow the process without bound (ib_umad would have
+/// capped them at 200,000 per agent). 64 Ki MADs (about 22 MB queued) is far
+/// more than a burst of connection requests a daemon can sensibly absorb, and
+/// a peer retransmits what was dropped, as after a loss on the wire.
+pub const RX_QUEUE_CAP: usize = 65_536;
+
+/// Queues a received MAD, unless its device has [`RX_QUEUE_CAP`] queued.
 pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
+    if !device.reserve_rx_slot() {
+        device.count_rx_dropped(port);
+        return;
+    }
     push(Work::Recv {
         device,
         port,
@@ -215,7 +227,7 @@ fn run() {
                     port,
                     addr,
                     mad,
-                } => recv::recv_handler(&device, port, addr, mad),
+                } => handle_recv(&device, port, addr, mad),
                 Work::Deliver { id, event } => deliver(&id, &event),
                 Work::Checked { id, check } => {
                     if let Some(event) = check(&id) {
@@ -224,6 +236,16 @@ fn run() {
                 }
             }
         }
+    }
+}
+
+/// A received MAD leaves the device's queue and goes to `cm_recv_handler`,
+/// unless the device was closed meanwhile: a closed device sends nothing, and
+/// nobody is left to care (not counted: its counters are gone with it).
+fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
+    device.release_rx_slot();
+    if !device.is_closed() {
+        recv::recv_handler(device, port, addr, mad);
     }
 }
 

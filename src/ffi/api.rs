@@ -27,7 +27,10 @@ pub extern "C" fn ib_create_cm_id(
             return err_ptr(EINVAL);
         };
         let handler: Handler = Arc::new(event::call_c_handler);
-        let id = cm::create_id(&device, handler);
+        let id = match cm::create_id(&device, handler) {
+            Ok(id) => id,
+            Err(e) => return err_ptr(e),
+        };
         let public = &id.public;
         public
             .cm_handler

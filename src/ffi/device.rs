@@ -128,6 +128,7 @@ pub unsafe extern "C" fn ibcm_get_counters(
             rx_malformed: s.rx_malformed,
             rx_unmatched: s.rx_unmatched,
             rx_listen_overflows: s.rx_listen_overflows,
+            rx_dropped: s.rx_dropped,
         };
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { out.write(counters) };

@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn lap_and_apr_events_reach_c_with_their_params() {
         let device = crate::cm::open_device("loop3999").unwrap();
-        let id = crate::cm::create_id(&device, Arc::new(call_c_handler));
+        let id = crate::cm::create_id(&device, Arc::new(call_c_handler)).unwrap();
         let f: CHandler = handler;
         id.public.cm_handler.store(f as usize, Ordering::Release);
 

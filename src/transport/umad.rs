@@ -7,17 +7,24 @@
 //! version 2, method Send) and a reader thread. The kernel retries nothing
 //! (timeout 0, retries 0): retransmission is the engine's, since umad cannot
 //! cancel a send.
+//!
+//! For a long-running daemon: the fds are close-on-exec; a reader sleeps in
+//! poll() on its fd and an eventfd that `close` writes (no periodic wake-up)
+//! with every signal blocked; an open that fails half-way unwinds; when ib_umad
+//! reports the port gone (device removed: POLLERR/POLLHUP, read -EIO) the
+//! reader logs it once and stops, and sends on the port fail with -ENODEV.
 
 use std::ffi::{CString, c_char, c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::sysfs::SysDevice;
 use super::{MadAddr, MadTransport, RecvFn};
-use crate::errno::{CmResult, EADDRINUSE, EBUSY, EINVAL, ELIBACC, Errno};
+use crate::errno::{CmResult, EADDRINUSE, EBUSY, EINVAL, ELIBACC, ENODEV, Errno};
 use crate::ibcm_log;
 use crate::wire::{MAD_SIZE, Mad};
 
@@ -27,8 +34,6 @@ const GSI_QPN: u32 = 1;
 const MGMT_CLASS_CM: u8 = 0x07;
 const CM_CLASS_VERSION: u8 = 2;
 const METHOD_SEND: u32 = 0x03;
-/// How often a reader thread looks at its stop flag.
-const POLL_MS: c_int = 100;
 
 /// `struct umad_reg_attr` (umad.h).
 #[repr(C)]
@@ -141,18 +146,45 @@ fn lib() -> Result<&'static Lib, Errno> {
     LIB.get_or_init(load).as_ref().map_err(|e| *e)
 }
 
-/// One open port: its umad fd, CM agent and reader thread.
-struct UmadPort {
+/// One open port: its umad fd and, once registered, the CM agent on it.
+/// Dropping it unregisters the agent and closes the fd, so an open that fails
+/// half-way unwinds what it did.
+struct PortHandle {
+    lib: &'static Lib,
     port_num: u8,
     fd: c_int,
-    agent_id: u32,
-    reader: Mutex<Option<JoinHandle<()>>>,
+    agent_id: Option<u32>,
+}
+
+impl Drop for PortHandle {
+    fn drop(&mut self) {
+        // SAFETY: the fd and agent are this handle's, and nothing uses them
+        // any more (readers are stopped before their ports are dropped).
+        unsafe {
+            if let Some(agent_id) = self.agent_id {
+                (self.lib.unregister)(self.fd, agent_id as c_int);
+            }
+            (self.lib.close_port)(self.fd);
+        }
+    }
+}
+
+/// An open port and what its reader found out about it.
+struct UmadPort {
+    handle: PortHandle,
+    /// The port went away (ib_umad reports the device removed): nothing is
+    /// sent on it any more.
+    dead: Arc<AtomicBool>,
 }
 
 /// The transport of one RDMA device.
 pub struct UmadTransport {
-    ports: Vec<UmadPort>,
-    stop: Arc<AtomicBool>,
+    /// Emptied by `close`: a send after it finds no port.
+    ports: RwLock<Vec<UmadPort>>,
+    /// Written once by `close`: the readers wait for it and their umad fd
+    /// only, so an idle device wakes nobody.
+    wake: OwnedFd,
+    readers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// Whether the kernel's CM module is loaded (it owns the CM class then).
@@ -160,107 +192,209 @@ fn kernel_cm_loaded() -> bool {
     std::path::Path::new("/sys/module/ib_cm").exists()
 }
 
+/// The errno of a failed libc call.
+fn last_errno() -> Errno {
+    Errno(
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    )
+}
+
+/// Opens `port_num` of `dev` (`name`) and registers the CM class on it.
+fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmResult<UmadPort> {
+    // SAFETY: `name` is NUL-terminated; the port number is plain data.
+    let fd = unsafe { (lib.open_port)(name.as_ptr(), c_int::from(port_num)) };
+    if fd < 0 {
+        let e = Errno(-fd);
+        ibcm_log!(
+            Error,
+            "cannot open the umad device of {dev} port {port_num}: {e:?} (is ib_umad loaded, \
+             and /dev/infiniband/umad* readable and writable?)"
+        );
+        return Err(e);
+    }
+    let mut handle = PortHandle {
+        lib,
+        port_num,
+        fd,
+        agent_id: None,
+    };
+    // libibumad opens without O_CLOEXEC: a child that execs must not keep
+    // the CM agent registered.
+    // SAFETY: fcntl on an fd this handle owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(last_errno());
+    }
+    let mut attr = UmadRegAttr {
+        mgmt_class: MGMT_CLASS_CM,
+        mgmt_class_version: CM_CLASS_VERSION,
+        flags: 0,
+        method_mask: [1 << METHOD_SEND, 0],
+        oui: 0,
+        rmpp_version: 0,
+    };
+    let mut agent_id = 0u32;
+    // SAFETY: `attr` and `agent_id` are valid for the call.
+    let rc = unsafe { (lib.register2)(fd, &mut attr, &mut agent_id) };
+    if rc != 0 {
+        return Err(registration_error(dev, port_num, Errno(rc.abs())));
+    }
+    handle.agent_id = Some(agent_id);
+    Ok(UmadPort {
+        handle,
+        dead: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+/// What a refused registration of the CM class means, said once in the log.
+fn registration_error(dev: &str, port_num: u8, e: Errno) -> Errno {
+    if kernel_cm_loaded() {
+        ibcm_log!(
+            Error,
+            "the kernel ib_cm module owns CM MADs on {dev} port {port_num}; unload \
+             ib_cm/rdma_cm to use ib_cm in userspace"
+        );
+        return EADDRINUSE;
+    }
+    if e == EINVAL {
+        // The kernel refuses a second agent for method Send. A failed open of
+        // ours leaves none behind, and a device opens once per process: it
+        // is another process's.
+        ibcm_log!(
+            Error,
+            "another process already receives CM MADs on {dev} port {port_num}"
+        );
+        return EBUSY;
+    }
+    ibcm_log!(
+        Error,
+        "cannot register the CM class on {dev} port {port_num}: {e:?}"
+    );
+    e
+}
+
+/// Starts `body` on a thread named `name` with every signal blocked: signals
+/// are the application's, to be handled in its own threads.
+fn spawn_without_signals(
+    name: String,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    // SAFETY: sigset_t is plain data that sigfillset initialises.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut saved: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sigsets; the new thread inherits the blocked mask, and
+    // this thread's own mask is restored right after.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut saved);
+    }
+    let spawned = std::thread::Builder::new().name(name).spawn(body);
+    // SAFETY: `saved` is the mask read above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
+    spawned
+}
+
 impl UmadTransport {
-    /// Opens every active port of `dev` and registers the CM class on it.
+    /// Opens every active port of `dev` and registers the CM class on it; on
+    /// any failure nothing stays open, registered or running.
     pub fn open(dev: &SysDevice, recv: RecvFn) -> CmResult<Arc<Self>> {
         let lib = lib()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut transport = Self {
-            ports: Vec::new(),
-            stop: stop.clone(),
-        };
         let name = CString::new(dev.name.as_str()).map_err(|_| EINVAL)?;
-        for port in dev.ports.iter().filter(|p| p.active) {
-            // SAFETY: `name` is NUL-terminated; the port number is plain data.
-            let fd = unsafe { (lib.open_port)(name.as_ptr(), c_int::from(port.port_num)) };
-            if fd < 0 {
-                let e = Errno(-fd);
-                ibcm_log!(
-                    Error,
-                    "cannot open the umad device of {} port {}: {e:?} (is ib_umad loaded, \
-                     and /dev/infiniband/umad* readable and writable?)",
-                    dev.name,
-                    port.port_num
-                );
-                return Err(e);
-            }
-            let mut attr = UmadRegAttr {
-                mgmt_class: MGMT_CLASS_CM,
-                mgmt_class_version: CM_CLASS_VERSION,
-                flags: 0,
-                method_mask: [1 << METHOD_SEND, 0],
-                oui: 0,
-                rmpp_version: 0,
-            };
-            let mut agent_id = 0u32;
-            // SAFETY: `attr` and `agent_id` are valid for the call.
-            let rc = unsafe { (lib.register2)(fd, &mut attr, &mut agent_id) };
-            if rc != 0 {
-                // SAFETY: `fd` came from umad_open_port and is closed once.
-                unsafe { (lib.close_port)(fd) };
-                if kernel_cm_loaded() {
-                    ibcm_log!(
-                        Error,
-                        "the kernel ib_cm module owns CM MADs on {} port {}; unload \
-                         ib_cm/rdma_cm to use ib_cm in userspace",
-                        dev.name,
-                        port.port_num
-                    );
-                    return Err(EADDRINUSE);
-                }
-                if rc.abs() == libc::EINVAL {
-                    // The kernel refuses a second agent for method Send: another
-                    // process runs a CM on this port.
-                    ibcm_log!(
-                        Error,
-                        "another process already receives CM MADs on {} port {}",
-                        dev.name,
-                        port.port_num
-                    );
-                    return Err(EBUSY);
-                }
-                return Err(Errno(rc.abs()));
-            }
-            transport.ports.push(UmadPort {
-                port_num: port.port_num,
-                fd,
-                agent_id,
-                reader: Mutex::new(None),
-            });
+        let ports = dev
+            .ports
+            .iter()
+            .filter(|p| p.active)
+            .map(|p| open_port(lib, &dev.name, &name, p.port_num))
+            .collect::<CmResult<Vec<_>>>()?;
+        // SAFETY: eventfd with constant flags; the result is checked.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake < 0 {
+            return Err(last_errno());
         }
-        let transport = Arc::new(transport);
-        for port in &transport.ports {
-            let (fd, port_num, stop, recv) = (port.fd, port.port_num, stop.clone(), recv.clone());
-            let reader = std::thread::Builder::new()
-                .name(format!("ibcm-umad-{}", dev.name))
-                .spawn(move || read_loop(lib, fd, port_num, &stop, &recv))
-                .map_err(|_| crate::errno::ENOMEM)?;
-            *port.reader.lock() = Some(reader);
+        let transport = Arc::new(Self {
+            ports: RwLock::new(ports),
+            // SAFETY: a new fd that nothing else owns.
+            wake: unsafe { OwnedFd::from_raw_fd(wake) },
+            readers: Mutex::new(Vec::new()),
+        });
+        for port in transport.ports.read().iter() {
+            let reader = Reader {
+                lib,
+                fd: port.handle.fd,
+                wake: transport.wake.as_raw_fd(),
+                port_num: port.handle.port_num,
+                dev: dev.name.clone(),
+                dead: port.dead.clone(),
+                recv: recv.clone(),
+            };
+            match spawn_without_signals(format!("ibcm-umad-{}", dev.name), move || reader.run()) {
+                Ok(thread) => transport.readers.lock().push(thread),
+                Err(e) => {
+                    ibcm_log!(Error, "cannot start a umad reader thread: {e}");
+                    transport.close();
+                    return Err(Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)));
+                }
+            }
         }
         Ok(transport)
     }
-
-    fn port(&self, port_num: u8) -> CmResult<&UmadPort> {
-        self.ports
-            .iter()
-            .find(|p| p.port_num == port_num)
-            .ok_or(EINVAL)
-    }
 }
 
-/// Receives MADs on one port until `stop`.
-fn read_loop(lib: &Lib, fd: c_int, port_num: u8, stop: &AtomicBool, recv: &RecvFn) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    while !stop.load(Ordering::Acquire) {
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
-        if ready <= 0 {
-            continue;
+/// The reader thread of one port.
+struct Reader {
+    lib: &'static Lib,
+    fd: c_int,
+    wake: c_int,
+    port_num: u8,
+    dev: String,
+    dead: Arc<AtomicBool>,
+    recv: RecvFn,
+}
+
+impl Reader {
+    /// Receives MADs until close wakes it or the port goes away.
+    fn run(self) {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: two valid pollfds; no timeout: only a MAD or close wakes it.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if ready < 0 {
+                if last_errno().0 == libc::EINTR {
+                    continue;
+                }
+                return self.port_gone(last_errno());
+            }
+            if fds[1].revents != 0 {
+                return; // closed
+            }
+            let revents = fds[0].revents;
+            if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                // What ib_umad's poll says once the device is removed.
+                return self.port_gone(Errno(libc::EIO));
+            }
+            if revents & libc::POLLIN != 0
+                && let Err(e) = self.receive()
+            {
+                return self.port_gone(e);
+            }
         }
+    }
+
+    /// Reads one MAD and hands it on; an error only when the port is unusable.
+    fn receive(&self) -> CmResult {
         let mut buf = UserMad {
             agent_id: 0,
             status: 0,
@@ -272,9 +406,17 @@ fn read_loop(lib: &Lib, fd: c_int, port_num: u8, stop: &AtomicBool, recv: &RecvF
         };
         let mut len = MAD_SIZE as c_int;
         // SAFETY: `buf` has room for the header and one MAD of `len` bytes.
-        let rc = unsafe { (lib.recv)(fd, (&mut buf as *mut UserMad).cast(), &mut len, 0) };
-        if rc < 0 || buf.status != 0 || len < MAD_SIZE as c_int {
-            continue; // a send completion or a short MAD: nothing for the CM
+        let rc =
+            unsafe { (self.lib.recv)(self.fd, (&mut buf as *mut UserMad).cast(), &mut len, 0) };
+        if rc < 0 {
+            return match -rc {
+                // Nothing there after all, or a MAD too long for the CM.
+                libc::EAGAIN | libc::EINTR | libc::ENOSPC => Ok(()),
+                e => Err(Errno(e)),
+            };
+        }
+        if buf.status != 0 || len < MAD_SIZE as c_int {
+            return Ok(()); // a send completion or a short MAD: nothing for the CM
         }
         let a = buf.addr;
         let reply = MadAddr {
@@ -288,16 +430,38 @@ fn read_loop(lib: &Lib, fd: c_int, port_num: u8, stop: &AtomicBool, recv: &RecvF
             traffic_class: a.traffic_class,
             flow_label: u32::from_be(a.flow_label),
         };
-        recv(port_num, reply, Arc::new(buf.data));
+        (self.recv)(self.port_num, reply, Arc::new(buf.data));
+        Ok(())
+    }
+
+    /// The port is gone (the device was removed): stop reading and sending,
+    /// and say so once.
+    fn port_gone(&self, e: Errno) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            ibcm_log!(
+                Error,
+                "{} port {}: the umad device is gone ({e:?}; device removed?): its CM MADs \
+                 fail with -ENODEV from now on; destroy its cm_ids and close the device",
+                self.dev,
+                self.port_num
+            );
+        }
     }
 }
 
 impl MadTransport for UmadTransport {
     fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
-        let lib = lib()?;
-        let port = self.port(port_num)?;
+        let ports = self.ports.read();
+        let Some(port) = ports.iter().find(|p| p.handle.port_num == port_num) else {
+            // No such port, or closed (no port left): never a stale fd.
+            return Err(if ports.is_empty() { ENODEV } else { EINVAL });
+        };
+        if port.dead.load(Ordering::Acquire) {
+            return Err(ENODEV);
+        }
+        let port = &port.handle;
         let mut buf = UserMad {
-            agent_id: port.agent_id,
+            agent_id: port.agent_id.unwrap_or_default(),
             status: 0,
             timeout_ms: 0,
             retries: 0,
@@ -322,9 +486,9 @@ impl MadTransport for UmadTransport {
         // SAFETY: `buf` is a complete ib_user_mad with one MAD; no retries, so
         // the kernel keeps no reference after the call.
         let rc = unsafe {
-            (lib.send)(
+            (port.lib.send)(
                 port.fd,
-                port.agent_id as c_int,
+                buf.agent_id as c_int,
                 (&mut buf as *mut UserMad).cast(),
                 MAD_SIZE as c_int,
                 0,
@@ -347,17 +511,19 @@ impl MadTransport for UmadTransport {
     }
 
     fn close(&self) {
-        self.stop.store(true, Ordering::Release);
-        let Ok(lib) = lib() else { return };
-        for port in &self.ports {
-            if let Some(reader) = port.reader.lock().take() {
-                let _ = reader.join();
-            }
-            // SAFETY: the fd and agent are ours, and the reader has stopped.
-            unsafe {
-                (lib.unregister)(port.fd, port.agent_id as c_int);
-                (lib.close_port)(port.fd);
-            }
+        // SAFETY: writes 8 bytes to the eventfd this transport owns.
+        unsafe { libc::eventfd_write(self.wake.as_raw_fd(), 1) };
+        for reader in self.readers.lock().drain(..) {
+            let _ = reader.join();
         }
+        // The readers have stopped: unregister the agents and close the fds.
+        // Sends in progress hold the lock; later ones find no port.
+        self.ports.write().clear();
+    }
+}
+
+impl Drop for UmadTransport {
+    fn drop(&mut self) {
+        self.close();
     }
 }

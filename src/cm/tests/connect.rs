@@ -176,7 +176,7 @@ fn ib_send_cm_rej_from_req_rcvd_resets_both_sides_and_carries_private_data() {
 #[test]
 fn ib_cm_listen_checks_state_duplicates_and_assigned_ids() {
     let pair = Pair::new();
-    let other = super::super::create_id(&pair.b, pair.rec.handler());
+    let other = super::super::create_id(&pair.b, pair.rec.handler()).unwrap();
     assert_eq!(listen(&other, SERVICE_ID), Err(EBUSY));
     assert_eq!(other.state(), IB_CM_IDLE);
     assert_eq!(listen(&pair.listener, 99), Err(EINVAL));
@@ -184,11 +184,11 @@ fn ib_cm_listen_checks_state_duplicates_and_assigned_ids() {
     listen(&other, CM_ASSIGN_SERVICE_ID).unwrap();
     let first = other.lock().inner.service_id;
     assert_eq!(first & 0xff00_0000_0000_0000, CM_ASSIGN_SERVICE_ID);
-    let third = super::super::create_id(&pair.b, pair.rec.handler());
+    let third = super::super::create_id(&pair.b, pair.rec.handler()).unwrap();
     listen(&third, CM_ASSIGN_SERVICE_ID).unwrap();
     assert_eq!(third.lock().inner.service_id, first + 1);
     // The same service on another device is another listener.
-    let on_a = super::super::create_id(&pair.a, pair.rec.handler());
+    let on_a = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
     listen(&on_a, SERVICE_ID).unwrap();
     pair.finish(&[&other, &third, &on_a]);
 }
@@ -226,7 +226,7 @@ fn send_rtu_outside_rep_rcvd_is_einval() {
 fn local_comm_ids_are_distinct_and_never_zero() {
     let pair = Pair::new();
     let ids: Vec<_> = (0..1000)
-        .map(|_| super::super::create_id(&pair.a, pair.rec.handler()))
+        .map(|_| super::super::create_id(&pair.a, pair.rec.handler()).unwrap())
         .collect();
     let mut locals: Vec<u32> = ids.iter().map(|id| id.lock().inner.local_id).collect();
     assert!(locals.iter().all(|&l| l != 0));
@@ -373,7 +373,7 @@ fn ib_cm_insert_listen_shares_one_listener_per_handler_and_counts_its_users() {
         Some(EINVAL)
     );
     // ib_cm_listen cannot take a service a shared listener holds.
-    let other = super::super::create_id(&pair.b, pair.rec.handler());
+    let other = super::super::create_id(&pair.b, pair.rec.handler()).unwrap();
     assert_eq!(listen(&other, SHARED), Err(EBUSY));
     // One user leaves: still listening, and REQs still reach it.
     super::super::destroy_id(&first, 0);

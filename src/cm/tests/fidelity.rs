@@ -87,7 +87,8 @@ fn hold_worker(device: &Arc<Device>) -> WorkerHeld {
             let _ = released.lock().recv_timeout(WAIT);
             0
         }),
-    );
+    )
+    .unwrap();
     queue_event(&id, CmEvent::bare(IB_CM_TIMEWAIT_EXIT));
     is_held.recv_timeout(WAIT).expect("the worker never ran");
     WorkerHeld { release, id }

@@ -59,7 +59,7 @@ impl Gate {
 fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
     let pair = Pair::new();
     let gate = Arc::new(Gate::default());
-    let blocker = super::super::create_id(&pair.b, gate.handler());
+    let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
     gate.block(&blocker);
     gate.wait_entered(1);
     let params = SidrReqParams {
@@ -104,7 +104,7 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
     params.remote_cm_response_timeout = 31; // no retransmission in this test
     let full: Vec<_> = (0..LISTEN_BACKLOG)
         .map(|i| {
-            let id = super::super::create_id(&pair.a, pair.rec.handler());
+            let id = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
             params.qp_num = 0x10_0000 + i as u32;
             send_req(&id, &params).unwrap();
             id
@@ -117,7 +117,7 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
 
     // One more: dropped silently and counted; its retransmissions too, while
     // the backlog stays full.
-    let extra = super::super::create_id(&pair.a, pair.rec.handler());
+    let extra = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
     params.qp_num = 0x20_0000;
     // Retransmitted every second, for 15 s: longer than any wait here.
     params.remote_cm_response_timeout = 18;
@@ -162,7 +162,7 @@ fn hardening_03_listen_racing_destroy_never_revives_the_id() {
     let barrier = std::sync::Barrier::new(2);
     for round in 0..500u64 {
         let service_id = SERVICE_ID + round;
-        let victim = super::super::create_id(&device, rec.handler());
+        let victim = super::super::create_id(&device, rec.handler()).unwrap();
         let listened = std::thread::scope(|s| {
             let listener = s.spawn(|| {
                 barrier.wait();
@@ -175,7 +175,7 @@ fn hardening_03_listen_racing_destroy_never_revives_the_id() {
             listener.join().unwrap()
         });
         assert!(listened <= 1, "round {round}: listened {listened} times");
-        let fresh = super::super::create_id(&device, rec.handler());
+        let fresh = super::super::create_id(&device, rec.handler()).unwrap();
         assert_eq!(
             super::super::listen(&fresh, service_id),
             Ok(()),
@@ -196,7 +196,7 @@ fn hardening_05b_backlog_counts_new_ids_until_answered_rejected_or_destroyed() {
     let mut params = pair.req_params();
     params.remote_cm_response_timeout = 31;
     let mut next_req = |qpn: u32| {
-        let id = super::super::create_id(&pair.a, pair.rec.handler());
+        let id = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
         params.qp_num = qpn;
         let n = pair.rec.count(IB_CM_REQ_RECEIVED) + 1;
         send_req(&id, &params).unwrap();

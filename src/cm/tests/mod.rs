@@ -9,6 +9,7 @@ mod counters;
 mod disconnect;
 mod fidelity;
 mod hardening;
+mod hardening_device;
 mod hostile;
 mod lap;
 mod sidr;
@@ -198,9 +199,9 @@ impl Pair {
                 0
             }),
         );
-        let listener = super::create_id(&b, rec.handler());
+        let listener = super::create_id(&b, rec.handler()).unwrap();
         super::listen(&listener, SERVICE_ID).unwrap();
-        let active = super::create_id(&a, rec.handler());
+        let active = super::create_id(&a, rec.handler()).unwrap();
         Self {
             a,
             b,

@@ -1,0 +1,172 @@
+/*
+ * Issue 10, point 2: a closed device never touches its umad fds again.
+ *  - MADs queued for the worker when ibcm_close_device returns are dropped:
+ *    the stateless DREPs they would cause are not written to the fd number,
+ *    which a file opened afterwards now has (the file stays empty);
+ *  - every umad fd is FD_CLOEXEC (no CM agent kept alive in an exec'd child);
+ *  - ib_create_cm_id racing ibcm_close_device never leaves an id on a closed
+ *    device.
+ * Runs on a stand-in libibumad (fixtures/fake_umad.c) over a fake sysfs in a
+ * private mount namespace; the worker is held up by a handler on loop devices.
+ */
+#include "common.h"
+#include "fixtures/fake_umad.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define QUEUED 2000
+
+static atomic_int entered, release;
+
+static int blocking_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
+  record_event(cm_id, event);
+  if (event->event != IB_CM_REQ_RECEIVED)
+    return 0;
+  entered = 1;
+  for (int i = 0; i < TIMEOUT_MS && !release; i++)
+    sleep_ms(1);
+  return -1; /* destroy the new id: nothing to answer */
+}
+
+static void queued_work_of_a_closed_device_is_dropped(void) {
+  struct ib_device *fake = ibcm_open_device("fake0");
+  CHECK(!IS_ERR_OR_NULL(fake));
+  int fd = fake_umad_fd(1);
+  CHECK(fd >= 0);
+  int flags = fcntl(fd, F_GETFD);
+  EXPECT(flags >= 0 && (flags & FD_CLOEXEC), "umad fd %d flags %#x", fd, flags);
+
+  /* Hold the worker up in a handler (loop devices), queue DREQs for fake0. */
+  struct ib_cm_id *listener = listen_b(SERVICE_ID, blocking_handler, NULL);
+  struct conn_opts o;
+  conn_opts_slow(&o);
+  struct sa_path_rec path;
+  conn_path(&path, &o);
+  struct ib_cm_req_param req;
+  req_param_init(&req, &path, &o, next_qpn());
+  struct ib_cm_id *a = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_send_cm_req(a, &req), 0);
+  for (int i = 0; i < TIMEOUT_MS && !entered; i++)
+    sleep_ms(1);
+  CHECK(entered);
+  uint8_t dreq[256];
+  for (uint32_t i = 0; i < QUEUED; i++) {
+    fake_umad_dreq(dreq, 0x1000 + i);
+    CHECK_EQ(fake_umad_inject(1, dreq), 0);
+  }
+  struct ibcm_stats s;
+  for (int i = 0; i < TIMEOUT_MS; i++) {
+    CHECK_EQ(ibcm_get_stats(&s), 0);
+    if (s.queued >= QUEUED)
+      break;
+    sleep_ms(1);
+  }
+  CHECK(s.queued >= QUEUED);
+
+  long sends_before = fake_umad_sends();
+  CHECK_EQ(ibcm_close_device(fake), 0);
+  /* The fd number goes to the next file opened. */
+  char name[] = "/tmp/ibcm-hardening-02-XXXXXX";
+  int files[8], nfiles = 0, file = -1;
+  while (nfiles < 8 && file < 0) {
+    int f = mkstemp(name);
+    CHECK(f >= 0);
+    unlink(name);
+    strcpy(name + strlen(name) - 6, "XXXXXX");
+    if (f == fd)
+      file = f;
+    else
+      files[nfiles++] = f;
+  }
+  EXPECT(file == fd, "fd %d was not reused", fd);
+
+  release = 1;
+  for (int i = 0; i < TIMEOUT_MS; i++) {
+    CHECK_EQ(ibcm_get_stats(&s), 0);
+    if (s.queued == 0)
+      break;
+    sleep_ms(1);
+  }
+  CHECK_EQ(s.queued, 0);
+  struct stat st;
+  CHECK_EQ(fstat(file >= 0 ? file : files[0], &st), 0);
+  EXPECT(st.st_size == 0, "the file that got fd %d received %lld bytes", fd,
+         (long long)st.st_size);
+  EXPECT(fake_umad_stray_sends() == 0, "%ld sends on the closed fd",
+         fake_umad_stray_sends());
+  EXPECT(fake_umad_sends() == sends_before, "%ld sends after close",
+         fake_umad_sends() - sends_before);
+  EXPECT(fake_umad_open_fds() == 0 && fake_umad_agents() == 0, "fds %d agents %d",
+         fake_umad_open_fds(), fake_umad_agents());
+  if (file >= 0)
+    close(file);
+  for (int i = 0; i < nfiles; i++)
+    close(files[i]);
+  wait_event(a, IB_CM_REJ_RECEIVED);
+  ib_destroy_cm_id(a);
+  ib_destroy_cm_id(listener);
+}
+
+/* ---- create vs close ------------------------------------------------------ */
+
+#define ROUNDS 500
+
+static _Atomic(struct ib_device *) racing_dev;
+static atomic_int closed, stop, ids_on_closed;
+
+static void *creator(void *arg) {
+  (void)arg;
+  while (!stop) {
+    struct ib_device *dev = racing_dev;
+    if (!dev) {
+      sched_yield();
+      continue;
+    }
+    struct ib_cm_id *id = ib_create_cm_id(dev, test_handler, NULL);
+    if (IS_ERR(id))
+      continue;
+    /* The id exists: its device cannot have closed (close gives -EBUSY). */
+    if (closed && racing_dev == dev)
+      ids_on_closed++;
+    ib_destroy_cm_id(id);
+    sched_yield(); /* let close find a moment without an id */
+  }
+  return NULL;
+}
+
+static void create_never_races_close(void) {
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_create(&t[i], NULL, creator, NULL), 0);
+  for (int round = 0; round < ROUNDS; round++) {
+    struct ib_device *dev = ibcm_open_device("loop7");
+    CHECK(!IS_ERR_OR_NULL(dev));
+    closed = 0;
+    racing_dev = dev;
+    sched_yield();
+    int rc;
+    while ((rc = ibcm_close_device(dev)) == -EBUSY)
+      sched_yield();
+    CHECK_EQ(rc, 0);
+    closed = 1;
+    sched_yield();
+    racing_dev = NULL;
+  }
+  stop = 1;
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  EXPECT(ids_on_closed == 0, "%d ids created on a device that closed", ids_on_closed);
+}
+
+int main(void) {
+  require_loop();
+  fake_umad_enter_namespace("fake0", 1);
+  test_init();
+  queued_work_of_a_closed_device_is_dropped();
+  create_never_races_close();
+  test_finish();
+  return fake_umad_result("hardening_02");
+}
