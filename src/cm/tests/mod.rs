@@ -9,6 +9,7 @@ mod counters;
 mod disconnect;
 mod hostile;
 mod lap;
+mod lifecycle;
 mod sidr;
 mod teardown;
 
