@@ -124,7 +124,7 @@ struct ctx {
 };
 
 static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
-#define RETIRED 512
+#define RETIRED 4096
 static struct ctx *retired[RETIRED];
 static unsigned retired_next;
 
