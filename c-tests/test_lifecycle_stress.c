@@ -234,6 +234,7 @@ static const char *dev_c_name(void) { return "loop2"; }
 /* ---- the event handler ---------------------------------------------------- */
 
 static atomic_long events, established, reqs_received, rep_errors;
+static atomic_long by_type[IB_CM_SIDR_REP_RECEIVED + 1];
 
 static unsigned rnd(unsigned *seed) {
   *seed = *seed * 1103515245u + 12345u;
@@ -370,6 +371,8 @@ static int handler(struct ib_cm_id *id, const struct ib_cm_event *e) {
   static _Thread_local unsigned seed = 4242;
   struct ctx *c = id->context;
   atomic_fetch_add(&events, 1);
+  if ((unsigned)e->event <= IB_CM_SIDR_REP_RECEIVED)
+    atomic_fetch_add(&by_type[e->event], 1);
   maybe_slow();
   CHECK(c != NULL);
   if (e->event == IB_CM_REQ_RECEIVED)
@@ -864,6 +867,11 @@ int main(void) {
          atomic_load(&reqs_received), atomic_load(&established), atomic_load(&rep_errors),
          dev_c_name(), atomic_load(&dev_c_creates), atomic_load(&dev_c_refused),
          atomic_load(&dev_c_closes), atomic_load(&fresh_listens), atomic_load(&duels));
+  printf("lifecycle: events:");
+  for (int ev = 0; ev <= IB_CM_SIDR_REP_RECEIVED; ev++)
+    if (atomic_load(&by_type[ev]))
+      printf(" %s %ld", event_name((enum ib_cm_event_type)ev), atomic_load(&by_type[ev]));
+  printf("\n");
   printf("lifecycle: at the end: %llu cm_ids, %llu timers, %llu queued\n",
          (unsigned long long)st.cm_ids, (unsigned long long)st.timers,
          (unsigned long long)st.queued);
