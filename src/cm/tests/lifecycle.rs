@@ -26,7 +26,8 @@ fn run_for() -> Duration {
         .map_or(SHORT, Duration::from_secs)
 }
 
-/// `ib_create_cm_id` as C reaches it: the device must still be open.
+/// `ib_create_cm_id` as C reaches it: the device must still be open. (The
+/// one call to adapt should `create_id` come to return a `Result`.)
 fn create(device: &Arc<Device>, handler: Handler) -> Option<Arc<CmIdPriv>> {
     lookup_device(Arc::as_ptr(device) as usize)?;
     Some(crate::cm::create_id(device, handler))
@@ -36,11 +37,11 @@ fn quiet_handler() -> Handler {
     Arc::new(|_, _| 0)
 }
 
-/// Runs `round` on two threads at once, over and over until `run_for()` has
-/// passed: each round starts on both sides from one barrier, so the two calls
-/// overlap. `prepare` makes the round's shared state; `check` judges it
-/// afterwards and returns whether the round went wrong. Returns (rounds,
-/// rounds that went wrong).
+/// Runs `first` and `second` on two threads at once, round after round until
+/// `run_for()` has passed: both start each round from one barrier, so the two
+/// calls overlap. `prepare` makes the round's shared state; `check` judges it
+/// once both are done and returns whether the round went wrong. Returns
+/// (rounds, rounds that went wrong).
 fn duel<T: Send + Sync + 'static>(
     mut prepare: impl FnMut() -> T,
     first: impl Fn(&T) + Send + Sync + 'static,
