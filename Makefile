@@ -8,6 +8,8 @@
 #                 coexistence check in a second VM
 #   make interop  the interoperability suite: libib_cm in one VM, the kernel CM
 #                 driven by rdma-core's tools in another
+#   make soak     the lifecycle stress for minutes: the C test under ASan, the
+#                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -20,7 +22,8 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce interop miri tsan fuzz clean help
+        rust-check c-check c-asan c-valgrind symbols-check softroce interop miri tsan fuzz soak \
+        clean help
 
 all: lib
 
@@ -119,12 +122,26 @@ miri:
 
 # ThreadSanitizer on the engine's tests (threads, locks, the worker): needs
 # nightly with rust-src to rebuild std instrumented; skipped without it.
+TSAN_TEST = RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" TSAN_OPTIONS=halt_on_error=1 \
+	cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu --target-dir target/tsan --lib
 tsan:
 	@if rustup +nightly component add rust-src >/dev/null 2>&1; then \
-	  RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" TSAN_OPTIONS=halt_on_error=1 \
-	  cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
-	    --target-dir target/tsan --lib -- cm::tests; \
+	  $(TSAN_TEST) -- cm::tests; \
 	else echo "tsan: no nightly toolchain with rust-src here, skipped"; fi
+
+# The lifecycle stress for minutes, not part of `make check` (whose suites run
+# the same tests for seconds): test_lifecycle_stress under AddressSanitizer,
+# then each engine lifecycle race (cm::tests::lifecycle) under
+# ThreadSanitizer, IBCM_STRESS_SECONDS each.
+IBCM_STRESS_SECONDS ?= 120
+soak: stage
+	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig cmake -S c-tests -B $(BUILD)/c-asan -DCMAKE_BUILD_TYPE=Debug \
+	  -DIBCM_SANITIZE=address >/dev/null
+	cmake --build $(BUILD)/c-asan -j2 --target test_lifecycle_stress >/dev/null
+	IBCM_STRESS_SECONDS=$(IBCM_STRESS_SECONDS) $(BUILD)/c-asan/test_lifecycle_stress
+	@if rustup +nightly component add rust-src >/dev/null 2>&1; then \
+	  IBCM_STRESS_SECONDS=$(IBCM_STRESS_SECONDS) $(TSAN_TEST) -- cm::tests::lifecycle; \
+	else echo "soak: no nightly toolchain with rust-src here, TSan part skipped"; fi
 
 # A short run of the cargo-fuzz targets (MAD decoding; the receive path with
 # connections in every state): FUZZ_SECONDS each, failing on any finding.

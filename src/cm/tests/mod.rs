@@ -12,6 +12,7 @@ mod hardening;
 mod hardening_device;
 mod hostile;
 mod lap;
+mod lifecycle;
 mod sidr;
 mod teardown;
 
