@@ -10,6 +10,7 @@ mod api;
 mod device;
 mod event;
 mod path;
+pub(crate) mod sys;
 
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
