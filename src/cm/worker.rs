@@ -4,11 +4,19 @@
 //! It receives MADs, fires timers, and runs handlers. One thread runs every
 //! handler, so handlers of one cm_id never overlap and see events in the order
 //! they were queued; no library lock is held while a handler runs.
+//!
+//! The worker must outlive anything a work item does: a panic in the engine
+//! while it handles one MAD, event or timer drops that item (counted in
+//! [`panicked`], logged) and the worker goes on with the next. A C handler
+//! cannot unwind into it (an `extern "C"` function that unwinds aborts), so
+//! such panics come from this library's own code. The thread blocks every
+//! signal (docs/threads.md).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Once, Weak};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -17,6 +25,8 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, recv, send, timewait};
+use crate::errno::{CmResult, Errno};
+use crate::ibcm_log;
 use crate::timer::{TimerId, Timers};
 use crate::transport::MadAddr;
 use crate::wire::Mad;
@@ -57,7 +67,9 @@ thread_local! {
 }
 
 fn push(work: Work) {
-    start();
+    // Started when the first device opened; if that failed, this tries again
+    // (and the item waits for a later success).
+    let _ = start();
     let (queue, ready) = &*QUEUE;
     queue.lock().work.push_back(work);
     PUSHED.fetch_add(1, Ordering::Release);
@@ -84,7 +96,9 @@ pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
 
 /// Arms a timer `after` from now.
 pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
-    start();
+    #[cfg(test)]
+    fault::maybe_panic_arming(&work);
+    let _ = start();
     let deadline = Instant::now() + after;
     let (queue, ready) = &*QUEUE;
     let mut q = queue.lock();
@@ -116,14 +130,77 @@ pub fn in_handler_of(addr: usize) -> bool {
     IN_HANDLER.with(|h| h.get() == addr)
 }
 
-fn start() {
-    static STARTED: Once = Once::new();
-    STARTED.call_once(|| {
+/// `-EAGAIN`: the worker thread cannot be started (the system is out of
+/// threads or memory); the next call that needs it tries again.
+pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+
+/// Starts the worker thread unless it runs already: `ibcm_open_device` calls
+/// this first, so a device is never open without a worker.
+pub fn start() -> CmResult {
+    static STARTED: StartOnce = StartOnce::new();
+    STARTED.ensure(|| {
         std::thread::Builder::new()
             .name("ibcm-worker".into())
-            .spawn(run)
-            .expect("cannot start the ib_cm worker thread");
-    });
+            .spawn(|| {
+                crate::ffi::sys::block_all_signals();
+                run();
+            })
+            .map(drop)
+    })
+}
+
+/// A `Once` whose initialisation may fail and be retried (`std`'s `Once`
+/// would be poisoned by a panic, and has no failure).
+struct StartOnce {
+    started: AtomicBool,
+    starting: Mutex<()>,
+}
+
+impl StartOnce {
+    const fn new() -> Self {
+        Self {
+            started: AtomicBool::new(false),
+            starting: Mutex::new(()),
+        }
+    }
+
+    fn ensure(&self, spawn: impl FnOnce() -> std::io::Result<()>) -> CmResult {
+        if self.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _starting = self.starting.lock();
+        if self.started.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Logged after the fact, with no lock of the queue held.
+        spawn().map_err(|e| {
+            ibcm_log!(Error, "cannot start the worker thread: {e}");
+            EAGAIN
+        })?;
+        self.started.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Work items and timers dropped because the engine panicked handling them.
+static PANICKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many work items and timers were dropped by a panic so far (tests; the
+/// log has a line for each).
+#[cfg(test)]
+pub fn panicked() -> u64 {
+    PANICKED.load(Ordering::Relaxed)
+}
+
+/// Runs one work item or timer; a panic drops it, and the worker goes on.
+fn contain(what: &str, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_ok() {
+        return;
+    }
+    PANICKED.fetch_add(1, Ordering::Relaxed);
+    // The panic may have left a handler's mark on this thread.
+    IN_HANDLER.with(|h| h.set(0));
+    ibcm_log!(Error, "internal error while handling {what}: dropped");
 }
 
 /// Work items taken per turn of the queue lock: fewer lock round trips with
@@ -186,7 +263,7 @@ fn run() {
             TAKEN.store(batch.len(), Ordering::Relaxed);
         }
         for (timer, work) in timers.drain(..) {
-            fire(timer, work);
+            contain("a timer", || fire(timer, work));
         }
         for work in batch.drain(..) {
             TAKEN.fetch_sub(1, Ordering::Relaxed);
@@ -196,8 +273,12 @@ fn run() {
                     port,
                     addr,
                     mad,
-                } => recv::recv_handler(&device, port, addr, mad),
-                Work::Deliver { id, event } => deliver(&id, &event),
+                } => contain("a received MAD", || {
+                    #[cfg(test)]
+                    fault::maybe_panic_receiving(&device);
+                    recv::recv_handler(&device, port, addr, mad);
+                }),
+                Work::Deliver { id, event } => contain("an event", || deliver(&id, &event)),
             }
         }
     }
@@ -233,5 +314,84 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
     };
     if ret != 0 {
         destroy::destroy_id(id, ret);
+    }
+}
+
+/// Test-only panics inside the worker and inside `send_req` (never compiled
+/// into the library C links).
+#[cfg(test)]
+pub mod fault {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::TimerWork;
+    use crate::cm::device::Device;
+    use crate::cm::id::CmIdPriv;
+
+    /// The device whose next received MAD panics the worker (0: none).
+    static PANIC_RECEIVING_ON: AtomicUsize = AtomicUsize::new(0);
+    /// The id whose next retransmission timer panics while being armed.
+    static PANIC_ARMING_FOR: AtomicUsize = AtomicUsize::new(0);
+
+    pub fn panic_on_next_mad_to(device: &Arc<Device>) {
+        PANIC_RECEIVING_ON.store(Arc::as_ptr(device) as usize, Ordering::SeqCst);
+    }
+
+    pub fn panic_on_next_timer_of(id: &Arc<CmIdPriv>) {
+        PANIC_ARMING_FOR.store(Arc::as_ptr(id) as usize, Ordering::SeqCst);
+    }
+
+    pub(super) fn maybe_panic_receiving(device: &Arc<Device>) {
+        let me = Arc::as_ptr(device) as usize;
+        if PANIC_RECEIVING_ON
+            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            panic!("fault injected: a received MAD");
+        }
+    }
+
+    pub(super) fn maybe_panic_arming(work: &TimerWork) {
+        let TimerWork::Retransmit(id) = work else {
+            return;
+        };
+        let me = id.as_ptr() as usize;
+        if PANIC_ARMING_FOR
+            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            panic!("fault injected: arming a retransmission");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardening_06_a_worker_that_cannot_start_is_retried() {
+        let once = StartOnce::new();
+        let mut spawned = 0;
+        let failed = once.ensure(|| {
+            spawned += 1;
+            Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
+        });
+        assert_eq!(failed, Err(EAGAIN));
+        assert_eq!(
+            once.ensure(|| {
+                spawned += 1;
+                Ok(())
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            once.ensure(|| {
+                spawned += 1;
+                Ok(())
+            }),
+            Ok(())
+        );
+        assert_eq!(spawned, 2);
     }
 }

@@ -32,6 +32,38 @@ pub fn secure_var_os(name: &CStr) -> Option<OsString> {
     Some(OsStr::from_bytes(bytes).to_owned())
 }
 
+/// Blocks every signal in the calling thread: the library's threads never run
+/// the application's signal handlers, and their blocking calls are never
+/// interrupted by them (the application's own threads receive its signals).
+/// SIGKILL and SIGSTOP cannot be blocked; synchronous faults (SIGSEGV, …)
+/// still kill the process as they would anyway.
+pub fn block_all_signals() {
+    // SAFETY: `set` is a local sigset_t that sigfillset initialises before
+    // pthread_sigmask reads it; the old mask is not asked for (NULL).
+    unsafe {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigfillset(set.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, set.as_ptr(), std::ptr::null_mut());
+    }
+}
+
+/// Whether the calling thread blocks every signal it can block (tests).
+#[cfg(test)]
+pub fn blocks_all_signals() -> bool {
+    // SAFETY: both sets are initialised (sigfillset, pthread_sigmask's
+    // output) before they are read.
+    unsafe {
+        let mut current = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), current.as_mut_ptr()) != 0 {
+            return false;
+        }
+        let current = current.assume_init();
+        (1..32)
+            .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+            .all(|s| libc::sigismember(&current, s) == 1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +73,17 @@ mod tests {
         // PATH is set in any test environment, and tests are not set-user-ID.
         assert_eq!(secure_var_os(c"PATH"), std::env::var_os("PATH"));
         assert_eq!(secure_var_os(c"IBCM_SURELY_UNSET_VARIABLE"), None);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn block_all_signals_blocks_them_in_this_thread_only() {
+        let blocked = std::thread::spawn(|| {
+            block_all_signals();
+            blocks_all_signals()
+        })
+        .join()
+        .unwrap();
+        assert!(blocked);
     }
 }

@@ -7,6 +7,7 @@ mod alt_path;
 mod connect;
 mod counters;
 mod disconnect;
+mod hardening;
 mod hostile;
 mod lap;
 mod sidr;
