@@ -7,10 +7,11 @@
 //!
 //! The worker must outlive anything a work item does: a panic in the engine
 //! while it handles one MAD, event or timer drops that item (counted in
-//! [`panicked`], logged) and the worker goes on with the next. A C handler
-//! cannot unwind into it (an `extern "C"` function that unwinds aborts), so
-//! such panics come from this library's own code. The thread blocks every
-//! signal (docs/threads.md).
+//! [`panicked`] in tests, logged) and the worker goes on with the next. A C
+//! handler must not unwind (it is called as `extern "C"`: C++ exceptions and
+//! `longjmp` out of it are the caller's undefined behaviour), so such panics
+//! come from this library's own code. The thread blocks every signal
+//! (docs/threads.md).
 
 use std::cell::Cell;
 use std::collections::VecDeque;

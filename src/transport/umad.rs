@@ -233,7 +233,10 @@ impl UmadTransport {
             let (fd, port_num, stop, recv) = (port.fd, port.port_num, stop.clone(), recv.clone());
             let reader = std::thread::Builder::new()
                 .name(format!("ibcm-umad-{}", dev.name))
-                .spawn(move || read_loop(lib, fd, port_num, &stop, &recv))
+                .spawn(move || {
+                    crate::ffi::sys::block_all_signals();
+                    read_loop(lib, fd, port_num, &stop, &recv)
+                })
                 .map_err(|_| crate::errno::ENOMEM)?;
             *port.reader.lock() = Some(reader);
         }
