@@ -13,7 +13,18 @@ fn hardening_06_a_panicking_work_item_is_dropped_and_the_worker_goes_on() {
     // The REQ's arrival at B panics: that MAD is lost, as if the fabric had
     // dropped it, and the REQ's retransmission sets the connection up.
     fault::panic_on_next_mad_to(&pair.b);
-    let passive = pair.connect();
+    // Response timeouts of 268 ms and 15 retries: slow sanitizer runs with
+    // every test in parallel must not turn the lost REQ into a REQ_ERROR.
+    let params = ReqParams {
+        remote_cm_response_timeout: 16,
+        local_cm_response_timeout: 16,
+        max_cm_retries: 15,
+        ..pair.req_params()
+    };
+    super::super::send_req(&pair.active, &params).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    assert_eq!(pair.active.state(), IB_CM_ESTABLISHED);
     assert!(panicked() > before);
     assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), 1);
     // And the worker still handles everything after it.
