@@ -6,8 +6,8 @@
 //! they were queued; no library lock is held while a handler runs.
 //!
 //! The worker must outlive anything a work item does: a panic in the engine
-//! while it handles one MAD, event or timer drops that item (counted in
-//! [`panicked`] in tests, logged) and the worker goes on with the next. A C
+//! while it handles one MAD, event or timer drops that item (counted and
+//! logged) and the worker goes on with the next. A C
 //! handler must not unwind (it is called as `extern "C"`: C++ exceptions and
 //! `longjmp` out of it are the caller's undefined behaviour), so such panics
 //! come from this library's own code. The thread blocks every signal
