@@ -117,7 +117,8 @@ interop: c-build
 miri:
 	@if rustup +nightly component add miri rust-src >/dev/null 2>&1 && \
 	    cargo +nightly miri --version >/dev/null 2>&1; then \
-	  cargo +nightly miri test --lib -- wire:: timer:: cm::path:: transport::loopback:: pcap::; \
+	  cargo +nightly miri test --lib -- wire:: timer:: cm::path:: transport::loopback:: pcap:: \
+	    ffi::event::tests::hardening_10_; \
 	else echo "miri: no nightly toolchain with miri here, skipped"; fi
 
 # ThreadSanitizer on the engine's tests (threads, locks, the worker): needs

@@ -39,6 +39,7 @@ int main(void) {
     return SKIP;
   }
   snprintf(pcap_path, sizeof(pcap_path), "/tmp/ibcm-test-%d.pcap", (int)getpid());
+  unlink(pcap_path); /* the library creates it: it refuses an existing file */
   CHECK_EQ(setenv("IBCM_PCAP", pcap_path, 1), 0); /* before the first MAD */
   test_init();
 

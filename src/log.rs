@@ -1,6 +1,12 @@
 //! `IBCM_LOG=error|warn|info|debug`: one line per event on stderr. The level
-//! is read once; the default is `warn`. Nothing is formatted below the level.
+//! is read once (with `secure_getenv`); the default is `warn`. Nothing is
+//! formatted below the level.
+//!
+//! Logging never fails and never panics: a line that cannot be written (stderr
+//! closed, on a full disk, a broken pipe) is lost. Nothing logs while a lazy
+//! static is being initialised (a panic there would poison it for good).
 
+use std::io::Write;
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -14,11 +20,16 @@ pub enum Level {
 /// The level `IBCM_LOG` asks for.
 pub fn max_level() -> Level {
     static LEVEL: OnceLock<Level> = OnceLock::new();
-    *LEVEL.get_or_init(|| match std::env::var("IBCM_LOG").as_deref() {
-        Ok("error") => Level::Error,
-        Ok("info") => Level::Info,
-        Ok("debug") => Level::Debug,
-        _ => Level::Warn,
+    *LEVEL.get_or_init(|| {
+        match crate::ffi::sys::secure_var_os(c"IBCM_LOG")
+            .as_deref()
+            .and_then(|v| v.to_str())
+        {
+            Some("error") => Level::Error,
+            Some("info") => Level::Info,
+            Some("debug") => Level::Debug,
+            _ => Level::Warn,
+        }
     })
 }
 
@@ -26,7 +37,8 @@ pub fn enabled(level: Level) -> bool {
     level <= max_level()
 }
 
-/// Writes one line: `ib_cm: <level>: <message>`.
+/// Writes one line, `ib_cm: <level>: <message>`, in one `write(2)` so lines
+/// of different threads do not interleave; a failed write is ignored.
 pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     let tag = match level {
         Level::Error => "error",
@@ -34,7 +46,12 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
         Level::Info => "info",
         Level::Debug => "debug",
     };
-    eprintln!("ib_cm: {tag}: {args}");
+    write_line(&mut std::io::stderr(), tag, args);
+}
+
+fn write_line(out: &mut impl Write, tag: &str, args: std::fmt::Arguments<'_>) {
+    let line = format!("ib_cm: {tag}: {args}\n");
+    let _ = out.write_all(line.as_bytes());
 }
 
 /// `ibcm_log!(Warn, "…", args)`.
@@ -45,4 +62,29 @@ macro_rules! ibcm_log {
             $crate::log::write($crate::log::Level::$level, format_args!($($arg)*));
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer like stderr on a full disk.
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+    }
+
+    #[test]
+    fn hardening_06_a_failed_log_write_is_ignored() {
+        write_line(&mut Full, "error", format_args!("lost {}", 1));
+        let mut out = Vec::new();
+        write_line(&mut out, "warning", format_args!("kept {}", 2));
+        assert_eq!(out, b"ib_cm: warning: kept 2\n");
+    }
 }

@@ -3,11 +3,17 @@
 //! (Ethernet, IPv6 with the GIDs as addresses, UDP port 4791, BTH, DETH, MAD,
 //! ICRC), so tshark and Wireshark dissect it as InfiniBand CM. Each packet is
 //! one `write(2)`: a crash loses at most the packet in flight.
+//!
+//! The file must not exist yet: the library creates it, mode 0600, and never
+//! follows a symlink or truncates a file there (one error is logged instead
+//! and nothing is captured).
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -23,23 +29,58 @@ const QP1_QKEY: u32 = 0x8001_0000;
 /// UDP payload: BTH (12) + DETH (8) + MAD + ICRC (4).
 const UDP_PAYLOAD: usize = 12 + 8 + MAD_SIZE + 4;
 
-static PCAP: LazyLock<Option<Mutex<File>>> = LazyLock::new(|| {
-    let path = std::env::var_os("IBCM_PCAP")?;
-    match open(&path) {
-        Ok(file) => Some(Mutex::new(file)),
-        Err(e) => {
-            ibcm_log!(
-                Error,
-                "IBCM_PCAP: cannot write {}: {e}",
-                path.to_string_lossy()
-            );
+/// The capture `IBCM_PCAP` asks for, decided once.
+enum Capture {
+    Off,
+    On(Mutex<File>),
+    /// The file could not be created: why, logged once after initialisation
+    /// (never inside it: a panic there would poison the lock for good).
+    Failed(String),
+}
+
+static CAPTURE: OnceLock<Capture> = OnceLock::new();
+
+/// The capture file, if capturing is on.
+fn capture() -> Option<&'static Mutex<File>> {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    match CAPTURE.get_or_init(capture_from_env) {
+        Capture::On(file) => Some(file),
+        Capture::Failed(why) => {
+            if !REPORTED.swap(true, Ordering::Relaxed) {
+                ibcm_log!(Error, "{why}");
+            }
             None
         }
+        Capture::Off => None,
     }
-});
+}
 
-fn open(path: &std::ffi::OsStr) -> std::io::Result<File> {
-    let mut file = File::create(path)?;
+/// `IBCM_PCAP`, read with `secure_getenv`: a set-user-ID process does not
+/// write where its caller says.
+fn capture_from_env() -> Capture {
+    let Some(path) = crate::ffi::sys::secure_var_os(c"IBCM_PCAP") else {
+        return Capture::Off;
+    };
+    match create(Path::new(&path)) {
+        Ok(file) => Capture::On(Mutex::new(file)),
+        Err(e) => Capture::Failed(format!(
+            "IBCM_PCAP: cannot create {}: {e} (the capture must be a new file)",
+            path.to_string_lossy()
+        )),
+    }
+}
+
+/// Creates the capture and writes the pcap header. The file must not exist
+/// (`O_CREAT|O_EXCL`, so neither an existing file nor a symlink, even a
+/// dangling one, is followed or truncated; `O_NOFOLLOW` besides) and is
+/// readable by its owner only: it holds every MAD's private data.
+fn create(path: &Path) -> std::io::Result<File> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
     let mut header = Vec::with_capacity(24);
     header.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     header.extend_from_slice(&2u16.to_le_bytes());
@@ -51,14 +92,14 @@ fn open(path: &std::ffi::OsStr) -> std::io::Result<File> {
     Ok(file)
 }
 
-/// Whether capturing is on (`IBCM_PCAP` set and the file opened).
+/// Whether capturing is on (`IBCM_PCAP` set and the file created).
 pub fn enabled() -> bool {
-    PCAP.is_some()
+    capture().is_some()
 }
 
 /// Records a MAD going from `sgid` to `dgid`.
 pub fn record(sgid: &[u8; 16], dgid: &[u8; 16], mad: &Mad) {
-    let Some(pcap) = PCAP.as_ref() else {
+    let Some(pcap) = capture() else {
         return;
     };
     let packet = roce_v2_packet(sgid, dgid, mad);
@@ -163,5 +204,50 @@ mod tests {
             assert_eq!(&packet[at..at + MAD_SIZE], &mad[..]);
             assert_eq!(packet[at + 16..at + 18], attr_id.to_be_bytes());
         }
+    }
+
+    /// A fresh directory for one test (removed by the test).
+    fn scratch_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ibcm-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn hardening_09_pcap_is_a_new_private_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch_dir("pcap-new");
+        let path = dir.join("capture.pcap");
+        drop(create(&path).unwrap());
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(meta.len(), 24); // the pcap header
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn hardening_09_pcap_refuses_an_existing_file_and_a_symlink() {
+        let dir = scratch_dir("pcap-refuse");
+        let existing = dir.join("existing.pcap");
+        std::fs::write(&existing, b"keep me").unwrap();
+        let e = create(&existing).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
+
+        let target = dir.join("target");
+        std::fs::write(&target, b"precious").unwrap();
+        let link = dir.join("link.pcap");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(create(&link).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+
+        let dangling = dir.join("dangling.pcap");
+        std::os::unix::fs::symlink(dir.join("nowhere"), &dangling).unwrap();
+        assert!(create(&dangling).is_err());
+        assert!(!dir.join("nowhere").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -127,6 +127,8 @@ pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
     if tables().devices.values().any(|d| d.name == name) {
         return Err(EBUSY);
     }
+    // Received MADs go to the worker: no device without one (-EAGAIN).
+    worker::start()?;
     let device = Device::open(name)?;
     tables()
         .devices

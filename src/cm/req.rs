@@ -189,11 +189,11 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     l.inner.tid = tid;
     l.inner.local_qpn = req.local_qpn;
     l.inner.rq_psn = req.starting_psn;
+    // The id commits to the connection (timewait info, REQ_SENT) only once
+    // the REQ is out and tracked: a failed send, or a panic on the way, leaves
+    // it IDLE and able to send a REQ again.
+    send_tracked(&mut l, req.encode(tid), IB_CM_REQ_SENT)?;
     l.inner.has_timewait_info = true;
-    if let Err(e) = send_tracked(&mut l, req.encode(tid), IB_CM_REQ_SENT) {
-        l.inner.has_timewait_info = false;
-        return Err(e);
-    }
     l.set_state(IB_CM_REQ_SENT);
     Ok(())
 }

@@ -4,11 +4,20 @@
 //! It receives MADs, fires timers, and runs handlers. One thread runs every
 //! handler, so handlers of one cm_id never overlap and see events in the order
 //! they were queued; no library lock is held while a handler runs.
+//!
+//! The worker must outlive anything a work item does: a panic in the engine
+//! while it handles one MAD, event or timer drops that item (counted and
+//! logged) and the worker goes on with the next. A C
+//! handler must not unwind (it is called as `extern "C"`: C++ exceptions and
+//! `longjmp` out of it are the caller's undefined behaviour), so such panics
+//! come from this library's own code. The thread blocks every signal
+//! (docs/threads.md).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Once, Weak};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -17,6 +26,8 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, listen, recv, send, timewait};
+use crate::errno::{CmResult, Errno};
+use crate::ibcm_log;
 use crate::timer::{TimerId, Timers};
 use crate::transport::MadAddr;
 use crate::wire::Mad;
@@ -65,7 +76,9 @@ thread_local! {
 }
 
 fn push(work: Work) {
-    start();
+    // Started when the first device opened; if that failed, this tries again
+    // (and the item waits for a later success).
+    let _ = start();
     let (queue, ready) = &*QUEUE;
     queue.lock().work.push_back(work);
     PUSHED.fetch_add(1, Ordering::Release);
@@ -113,7 +126,9 @@ pub fn queue_checked(id: &Arc<CmIdPriv>, check: fn(&Arc<CmIdPriv>) -> Option<CmE
 
 /// Arms a timer `after` from now.
 pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
-    start();
+    #[cfg(test)]
+    fault::maybe_panic_arming(&work);
+    let _ = start();
     let deadline = Instant::now() + after;
     let (queue, ready) = &*QUEUE;
     let mut q = queue.lock();
@@ -147,14 +162,77 @@ pub fn in_handler_of(addr: usize) -> bool {
     addr != 0 && IN_HANDLER.with(|h| h.get().contains(&addr))
 }
 
-fn start() {
-    static STARTED: Once = Once::new();
-    STARTED.call_once(|| {
+/// `-EAGAIN`: the worker thread cannot be started (the system is out of
+/// threads or memory); the next call that needs it tries again.
+pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+
+/// Starts the worker thread unless it runs already: `ibcm_open_device` calls
+/// this first, so a device is never open without a worker.
+pub fn start() -> CmResult {
+    static STARTED: StartOnce = StartOnce::new();
+    STARTED.ensure(|| {
         std::thread::Builder::new()
             .name("ibcm-worker".into())
-            .spawn(run)
-            .expect("cannot start the ib_cm worker thread");
-    });
+            .spawn(|| {
+                crate::ffi::sys::block_all_signals();
+                run();
+            })
+            .map(drop)
+    })
+}
+
+/// A `Once` whose initialisation may fail and be retried (`std`'s `Once`
+/// would be poisoned by a panic, and has no failure).
+struct StartOnce {
+    started: AtomicBool,
+    starting: Mutex<()>,
+}
+
+impl StartOnce {
+    const fn new() -> Self {
+        Self {
+            started: AtomicBool::new(false),
+            starting: Mutex::new(()),
+        }
+    }
+
+    fn ensure(&self, spawn: impl FnOnce() -> std::io::Result<()>) -> CmResult {
+        if self.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _starting = self.starting.lock();
+        if self.started.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Logged after the fact, with no lock of the queue held.
+        spawn().map_err(|e| {
+            ibcm_log!(Error, "cannot start the worker thread: {e}");
+            EAGAIN
+        })?;
+        self.started.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Work items and timers dropped because the engine panicked handling them.
+static PANICKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many work items and timers were dropped by a panic so far (tests; the
+/// log has a line for each).
+#[cfg(test)]
+pub fn panicked() -> u64 {
+    PANICKED.load(Ordering::Relaxed)
+}
+
+/// Runs one work item or timer; a panic drops it, and the worker goes on.
+fn contain(what: &str, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_ok() {
+        return;
+    }
+    PANICKED.fetch_add(1, Ordering::Relaxed);
+    // The panic may have left a handler's mark on this thread.
+    IN_HANDLER.with(|h| h.set([0; 2]));
+    ibcm_log!(Error, "internal error while handling {what}: dropped");
 }
 
 /// Work items taken per turn of the queue lock: fewer lock round trips with
@@ -217,7 +295,7 @@ fn run() {
             TAKEN.store(batch.len(), Ordering::Relaxed);
         }
         for (timer, work) in timers.drain(..) {
-            fire(timer, work);
+            contain("a timer", || fire(timer, work));
         }
         for work in batch.drain(..) {
             TAKEN.fetch_sub(1, Ordering::Relaxed);
@@ -227,13 +305,13 @@ fn run() {
                     port,
                     addr,
                     mad,
-                } => handle_recv(&device, port, addr, mad),
-                Work::Deliver { id, event } => deliver(&id, &event),
-                Work::Checked { id, check } => {
+                } => contain("a received MAD", || handle_recv(&device, port, addr, mad)),
+                Work::Deliver { id, event } => contain("an event", || deliver(&id, &event)),
+                Work::Checked { id, check } => contain("an event", || {
                     if let Some(event) = check(&id) {
                         deliver(&id, &event);
                     }
-                }
+                }),
             }
         }
     }
@@ -244,6 +322,8 @@ fn run() {
 /// nobody is left to care (not counted: its counters are gone with it).
 fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     device.release_rx_slot();
+    #[cfg(test)]
+    fault::maybe_panic_receiving(device);
     if !device.is_closed() {
         recv::recv_handler(device, port, addr, mad);
     }
@@ -293,5 +373,107 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
     };
     if ret != 0 {
         destroy::destroy_id(id, ret);
+    }
+}
+
+/// Test-only panics inside the worker and inside `send_req` (never compiled
+/// into the library C links).
+#[cfg(test)]
+pub mod fault {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::TimerWork;
+    use crate::cm::device::Device;
+    use crate::cm::id::CmIdPriv;
+
+    /// The device whose next received MAD panics the worker (0: none).
+    static PANIC_RECEIVING_ON: AtomicUsize = AtomicUsize::new(0);
+    /// The id whose next retransmission timer panics while being armed.
+    static PANIC_ARMING_FOR: AtomicUsize = AtomicUsize::new(0);
+
+    /// Injected panics print nothing: the default hook would print (and,
+    /// with RUST_BACKTRACE, symbolise) a backtrace on the worker, which
+    /// takes seconds under ThreadSanitizer. Other panics are untouched.
+    fn quiet_injected_panics() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let default = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let injected = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .is_some_and(|m| m.starts_with(INJECTED));
+                if !injected {
+                    default(info);
+                }
+            }));
+        });
+    }
+
+    const INJECTED: &str = "fault injected";
+
+    pub fn panic_on_next_mad_to(device: &Arc<Device>) {
+        quiet_injected_panics();
+        PANIC_RECEIVING_ON.store(Arc::as_ptr(device) as usize, Ordering::SeqCst);
+    }
+
+    pub fn panic_on_next_timer_of(id: &Arc<CmIdPriv>) {
+        quiet_injected_panics();
+        PANIC_ARMING_FOR.store(Arc::as_ptr(id) as usize, Ordering::SeqCst);
+    }
+
+    pub(super) fn maybe_panic_receiving(device: &Arc<Device>) {
+        let me = Arc::as_ptr(device) as usize;
+        if PANIC_RECEIVING_ON
+            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            std::panic::panic_any(INJECTED);
+        }
+    }
+
+    pub(super) fn maybe_panic_arming(work: &TimerWork) {
+        let TimerWork::Retransmit(id) = work else {
+            return;
+        };
+        let me = id.as_ptr() as usize;
+        if PANIC_ARMING_FOR
+            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            std::panic::panic_any(INJECTED);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardening_06_a_worker_that_cannot_start_is_retried() {
+        let once = StartOnce::new();
+        let mut spawned = 0;
+        let failed = once.ensure(|| {
+            spawned += 1;
+            Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
+        });
+        assert_eq!(failed, Err(EAGAIN));
+        assert_eq!(
+            once.ensure(|| {
+                spawned += 1;
+                Ok(())
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            once.ensure(|| {
+                spawned += 1;
+                Ok(())
+            }),
+            Ok(())
+        );
+        assert_eq!(spawned, 2);
     }
 }

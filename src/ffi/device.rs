@@ -34,6 +34,10 @@ pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut ib_device
         let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
             return err_ptr(EINVAL);
         };
+        // From the first device on, a forked child must not use the library.
+        if let Err(e) = super::fork::register() {
+            return err_ptr(e);
+        }
         match cm::open_device(name) {
             Ok(device) => std::sync::Arc::as_ptr(&device) as *mut ib_device,
             Err(e) => err_ptr(e),

@@ -62,21 +62,56 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
     // SAFETY: `cm_handler` holds either 0 or a function pointer C stored there
     // as an `ib_cm_handler` (via `ib_create_cm_id` or `cm_id->cm_handler`).
     let handler: CHandler = unsafe { std::mem::transmute::<usize, CHandler>(handler) };
+    let mut storage = EventStorage::new(ev);
+    let event = build_event(ev, &mut storage);
+    let cm_id = id.addr() as *mut ib_cm_id;
+    // SAFETY: `handler` is the caller's `ib_cm_handler`; `cm_id` is live (the
+    // worker holds a reference) and `event`, the paths and the MAD copy it
+    // points to (`storage`, untouched until the call returns) outlive the call.
+    unsafe { handler(cm_id, &event) }
+}
 
-    // The handler may write through `private_data` (it is `void *`): give it a
-    // copy of the MAD that lives for the call.
-    let mut mad: Mad = ev.mad.as_deref().copied().unwrap_or([0; MAD_SIZE]);
-    let mad_at = |range: &std::ops::Range<usize>, mad: &mut Mad| -> *mut c_void {
-        mad[range.start..].as_mut_ptr().cast()
+/// What an event's pointers point to, alive for the handler's call.
+struct EventStorage {
+    /// The handler may write through `private_data` (it is `void *`): it gets
+    /// a copy of the MAD.
+    mad: Mad,
+    primary: Option<sa_path_rec>,
+    alternate: Option<sa_path_rec>,
+}
+
+impl EventStorage {
+    fn new(ev: &CmEvent) -> Self {
+        Self {
+            mad: ev.mad.as_deref().copied().unwrap_or([0; MAD_SIZE]),
+            primary: None,
+            alternate: None,
+        }
+    }
+}
+
+/// The C event for `ev`; its pointers point into `storage`.
+fn build_event(ev: &CmEvent, storage: &mut EventStorage) -> ib_cm_event {
+    let EventStorage {
+        mad,
+        primary,
+        alternate,
+    } = storage;
+    // Every pointer into the copy comes from this one raw pointer: a fresh
+    // `&mut` reborrow of `mad` per pointer would invalidate the pointers made
+    // before it (REJ: ARI and private data; SIDR_REP and APR: info and
+    // private data), under Rust's aliasing rules.
+    let base: *mut u8 = mad.as_mut_ptr();
+    let mad_at = |range: &std::ops::Range<usize>| -> *mut c_void {
+        // Decoded ranges lie inside the MAD; `min` keeps the pointer in (or one
+        // past) the copy whatever happens.
+        base.wrapping_add(range.start.min(MAD_SIZE)).cast()
     };
     let private_data = match &ev.private_data {
-        Some(range) => mad_at(range, &mut mad),
+        Some(range) => mad_at(range),
         None => ptr::null_mut(),
     };
 
-    // The paths an event points to live here for the call.
-    let mut primary: Option<sa_path_rec> = None;
-    let mut alternate: Option<sa_path_rec> = None;
     let param = match &ev.param {
         EventParam::None => ib_cm_event_param {
             // Zeroed, unlike the kernel's uninitialised memory.
@@ -135,7 +170,7 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
             };
             p.rej_rcvd = ib_cm_rej_event_param {
                 reason: CIntRejReason(i32::from(r.reason)),
-                ari: mad_at(&r.ari, &mut mad),
+                ari: mad_at(&r.ari),
                 ari_length: r.ari.len() as u8,
             };
             p
@@ -162,7 +197,7 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
                 status: CIntSidrStatus(i32::from(r.status)),
                 qkey: r.qkey,
                 qpn: r.qpn,
-                info: mad_at(&r.info, &mut mad),
+                info: mad_at(&r.info),
                 sgid_attr: ptr::null(),
                 info_len: r.info.len() as u8,
             };
@@ -183,7 +218,7 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
             };
             p.apr_rcvd = ib_cm_apr_event_param {
                 ap_status: CIntAprStatus(i32::from(*ap_status)),
-                apr_info: mad_at(info, &mut mad),
+                apr_info: mad_at(info),
                 info_len: info.len() as u8,
             };
             p
@@ -196,16 +231,11 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
             p
         }
     };
-    let event = ib_cm_event {
+    ib_cm_event {
         event: ev.event,
         param,
         private_data,
-    };
-    let cm_id = id.addr() as *mut ib_cm_id;
-    // SAFETY: `handler` is the caller's `ib_cm_handler`; `cm_id` is live (the
-    // worker holds a reference) and `event`, the path and the MAD copy it
-    // points to outlive the call.
-    unsafe { handler(cm_id, &event) }
+    }
 }
 
 /// A REQ event parameter block of zeros: the largest union member, so zeroing
@@ -279,6 +309,74 @@ mod tests {
         got.push(unsafe { *ev.private_data.cast::<u8>() });
         SEEN.lock().push((ev.event, got));
         0
+    }
+
+    /// A MAD whose byte i is i (mod 256), so each pointer's bytes are known.
+    fn numbered_mad() -> Arc<Mad> {
+        Arc::new(std::array::from_fn(|i| i as u8))
+    }
+
+    /// Reads `len` bytes at `p` as the C handler would.
+    ///
+    /// # Safety
+    /// `p` points to `len` readable bytes.
+    unsafe fn c_reads(p: *const c_void, len: usize) -> Vec<u8> {
+        // SAFETY: the caller's promise.
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }.to_vec()
+    }
+
+    /// Events with two pointers into the MAD copy (REJ: ARI and private data;
+    /// SIDR_REP: info and private data): both must stay usable during the
+    /// call. Run under Miri (`make miri`) this checks the pointers' borrow
+    /// tags: one derived from a later `&mut` reborrow of the copy would make
+    /// the earlier one invalid (Stacked Borrows).
+    #[test]
+    fn hardening_10_both_pointers_into_the_mad_stay_valid() {
+        let expect = |range: std::ops::Range<usize>| range.map(|i| i as u8).collect::<Vec<u8>>();
+        let rej = CmEvent::with_private_data(
+            IB_CM_REJ_RECEIVED,
+            EventParam::RejRcvd(crate::cm::event::RejRcvd {
+                reason: 28,
+                ari: 36..41,
+            }),
+            numbered_mad(),
+            108..256,
+        );
+        let mut storage = EventStorage::new(&rej);
+        let ev = build_event(&rej, &mut storage);
+        // SAFETY: REJ's param is `rej_rcvd`; both pointers point into the
+        // MAD copy in `storage`, which lives and is untouched until here.
+        let (pd, ari) = unsafe {
+            let r = &ev.param.rej_rcvd;
+            assert_eq!(r.ari_length, 5);
+            (c_reads(ev.private_data, 148), c_reads(r.ari, 5))
+        };
+        assert_eq!(pd, expect(108..256));
+        assert_eq!(ari, expect(36..41));
+
+        let sidr_rep = CmEvent::with_private_data(
+            IB_CM_SIDR_REP_RECEIVED,
+            EventParam::SidrRepRcvd(crate::cm::event::SidrRepRcvd {
+                status: 0,
+                qkey: 7,
+                qpn: 9,
+                info: 44..116,
+            }),
+            numbered_mad(),
+            116..252,
+        );
+        let mut storage = EventStorage::new(&sidr_rep);
+        let ev = build_event(&sidr_rep, &mut storage);
+        // SAFETY: as above, for `sidr_rep_rcvd`.
+        let (pd, info) = unsafe {
+            let r = &ev.param.sidr_rep_rcvd;
+            (
+                c_reads(ev.private_data, 136),
+                c_reads(r.info, r.info_len.into()),
+            )
+        };
+        assert_eq!(pd, expect(116..252));
+        assert_eq!(info, expect(44..116));
     }
 
     #[test]

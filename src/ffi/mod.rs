@@ -4,12 +4,16 @@
 //! Conventions: every function returns 0 or a negative errno, or for pointers
 //! `ERR_PTR(-errno)`; a pointer to a cm_id or device is looked up in the
 //! library's tables before it is used, so NULL, stale and foreign pointers give
-//! `-EINVAL` instead of a crash; a panic never crosses into C.
+//! `-EINVAL` instead of a crash; a panic never crosses into C; in a child
+//! forked from a process using the library, every call fails with
+//! `-EOWNERDEAD` (see [`fork`]).
 
 mod api;
 mod device;
 mod event;
+pub(crate) mod fork;
 mod path;
+pub(crate) mod sys;
 
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,8 +23,38 @@ use crate::abi::ib_cm_id;
 use crate::cm::id::CmIdPriv;
 use crate::errno::{CmResult, EINVAL, EIO, Errno};
 
+/// What a call returns in a forked child of a process that used the library.
+const EOWNERDEAD: Errno = Errno(libc::EOWNERDEAD);
+
+/// How an entry point reports an errno: `-errno`, `ERR_PTR(-errno)`, or not
+/// at all (`ib_destroy_cm_id`).
+trait Failure {
+    fn failure(e: Errno) -> Self;
+}
+
+impl Failure for i32 {
+    fn failure(e: Errno) -> Self {
+        e.to_neg()
+    }
+}
+
+impl<T> Failure for *mut T {
+    fn failure(e: Errno) -> Self {
+        err_ptr(e)
+    }
+}
+
+impl Failure for () {
+    fn failure(_: Errno) -> Self {}
+}
+
 /// Runs `f`, turning a panic into `on_panic` (a panic must not unwind into C).
-fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+/// In a forked child (see [`fork`]) `f` does not run: the call fails with
+/// `-EOWNERDEAD` before it takes any lock.
+fn guard<T: Failure>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    if fork::in_forked_child() {
+        return T::failure(EOWNERDEAD);
+    }
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
 

@@ -107,15 +107,16 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &std::ffi::CStr) -> Option<
     Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) })
 }
 
-fn load() -> Result<Lib, Errno> {
+/// Loads libibumad; on failure, the error and the line to log (by `lib`,
+/// after the `OnceLock` is set: nothing logs inside an initialiser).
+fn load() -> Result<Lib, (Errno, &'static str)> {
     // SAFETY: dlopen with a constant name; no initialisers of ours run.
     let handle = unsafe { libc::dlopen(c"libibumad.so.3".as_ptr(), libc::RTLD_NOW) };
     if handle.is_null() {
-        ibcm_log!(
-            Error,
-            "libibumad.so.3 not found: install libibumad3 (rdma-core) to use RDMA devices"
-        );
-        return Err(ELIBACC);
+        return Err((
+            ELIBACC,
+            "libibumad.so.3 not found: install libibumad3 (rdma-core) to use RDMA devices",
+        ));
     }
     // SAFETY: each name is paired with its prototype from umad.h.
     let lib = unsafe {
@@ -132,18 +133,21 @@ fn load() -> Result<Lib, Errno> {
             })
         })()
     };
-    lib.ok_or_else(|| {
-        ibcm_log!(
-            Error,
-            "libibumad.so.3 lacks umad_register2: rdma-core too old"
-        );
-        ELIBACC
-    })
+    lib.ok_or((
+        ELIBACC,
+        "libibumad.so.3 lacks umad_register2: rdma-core too old",
+    ))
 }
 
 fn lib() -> Result<&'static Lib, Errno> {
-    static LIB: OnceLock<Result<Lib, Errno>> = OnceLock::new();
-    LIB.get_or_init(load).as_ref().map_err(|e| *e)
+    static LIB: OnceLock<Result<Lib, (Errno, &'static str)>> = OnceLock::new();
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    LIB.get_or_init(load).as_ref().map_err(|&(e, why)| {
+        if !REPORTED.swap(true, Ordering::Relaxed) {
+            ibcm_log!(Error, "{why}");
+        }
+        e
+    })
 }
 
 /// One open port: its umad fd and, once registered, the CM agent on it.

@@ -10,6 +10,7 @@ mod disconnect;
 mod fidelity;
 mod hardening;
 mod hardening_device;
+mod hardening_worker;
 mod hostile;
 mod lap;
 mod lifecycle;
