@@ -11,6 +11,7 @@ mod hostile;
 mod lap;
 mod sidr;
 mod teardown;
+mod xrc;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
