@@ -51,7 +51,7 @@ dispatch_hook() {
 # for the whole scenario: every RoCE v2 packet (UDP 4791).
 PCAP=$OUT/$SCENARIO.pcap
 scenario_start() {
-  bctl run "pkill -9 -x 'rping|rdma_server|rdma_client|ucmatose|udaddy'; $FIND_NIC; tc qdisc del dev \$NIC root 2>/dev/null; true" > /dev/null
+  bctl run "pkill -9 -x 'rping|rdma_server|rdma_client|ucmatose|udaddy|xrc-peer'; $FIND_NIC; tc qdisc del dev \$NIC root 2>/dev/null; true" > /dev/null
   tc qdisc del dev "$NIC" root 2> /dev/null
   tcpdump -i "$NIC" -n -U -s 0 -w "$PCAP" udp port 4791 2> "$OUT/$SCENARIO.tcpdump.log" &
   TCPDUMP=$!
@@ -101,6 +101,29 @@ check_private_data() {
   got=$(tshark -r "$PCAP" -Y "infiniband.mad.attributeid == $attr && ip.src == $SRT_SELF_IP" -T fields -e $field 2>/dev/null | head -1 | tr -d ':')
   [ "$got" = "$want" ] || fail "A's ${msg^^} private data on the wire: ${got:0:40}..., expected ${want:0:40}..."
   echo "$SCENARIO: A's ${msg^^} carries its $len bytes of private data on the wire (tshark): ${got:0:32}..."
+}
+
+# VM B's XRC end (interop/xrc-peer.c), built next to ibcm-interop when
+# librdmacm-dev is installed (softroce/setup.sh installs it).
+XRC_PEER=$(dirname "$IBCM_INTEROP")/xrc-peer
+
+# Every REP from $1 (an IP) on the wire is an XRC target's, as the kernel's
+# cm_format_rep makes it: Local QPN 0, the QPN in the Local EE Context Number,
+# SRQ 1, initiator depth 0, no end-to-end flow control.
+check_xrc_reps() {
+  local reps
+  reps=$(tshark -r "$PCAP" -Y "infiniband.mad.attributeid == 0x0013 && ip.src == $1" -T fields \
+    -E separator=' ' -e infiniband.cm.rep.localqpn -e infiniband.cm.rep.localeecn \
+    -e infiniband.cm.rep.srq -e infiniband.cm.rep.initdepth -e infiniband.cm.rep.e2eflowctrl \
+    2>/dev/null)
+  [ -n "$reps" ] || fail "no REP from $1 in the capture"
+  echo "$SCENARIO: REPs from $1 (tshark: local QPN, EECN, SRQ, initiator depth, flow control):"
+  echo "$reps" | sed 's/^/  /'
+  local qpn eecn srq depth flow
+  while read -r qpn eecn srq depth flow; do
+    ((qpn == 0 && eecn != 0 && srq == 1 && depth == 0 && flow == 0)) ||
+      fail "a REP from $1 is not an XRC target's (cm_format_rep)"
+  done <<< "$reps"
 }
 
 pass() { echo "PASS $SCENARIO in $((($(date +%s%N) - START_NS) / 1000000)) ms"; exit 0; }
