@@ -3,6 +3,7 @@
 //! Each test opens its own pair of loop devices (unique names, so tests run in
 //! parallel in one process) and records every event its ids receive.
 
+mod ack_delay;
 mod alt_path;
 mod connect;
 mod counters;
