@@ -304,18 +304,17 @@ static struct ib_cm_id *active_id(struct sa_path_rec *path, uint8_t hdr[CMA_HDR_
   return id;
 }
 
-/* A's REQ to a kernel rdma_cm listener on RDMA_PS_TCP, REP, RTU: the QP goes
- * INIT (where `post` posts the receives: not before, rxe refuses them in
- * RESET), RTR, RTS on the way. */
-static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct verbs *)) {
-  struct sa_path_rec path;
-  uint8_t hdr[CMA_HDR_LEN];
-  struct ib_cm_id *id = active_id(&path, hdr);
+/* A REQ as rdma_cm makes one, for QP `qp_num` of `qp_type` on rdma_cm's port
+ * space `ps`, with its header `hdr` (the library leaves out what an XRC_INI
+ * REQ does not carry, as cm_format_req does). */
+static struct ib_cm_req_param rdma_cm_req(struct sa_path_rec *path, uint8_t hdr[CMA_HDR_LEN],
+                                          uint16_t ps, uint32_t qp_num,
+                                          enum ib_qp_type qp_type) {
   struct ib_cm_req_param req = {
-      .primary_path = &path,
-      .service_id = service_id(RDMA_PS_TCP),
-      .qp_num = v->qp->qp_num,
-      .qp_type = IB_QPT_RC,
+      .primary_path = path,
+      .service_id = service_id(ps),
+      .qp_num = qp_num,
+      .qp_type = qp_type,
       .starting_psn = random_psn(),
       .private_data = hdr,
       .private_data_len = CMA_HDR_LEN,
@@ -328,6 +327,17 @@ static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct v
       .rnr_retry_count = 7,
       .max_cm_retries = 15,
   };
+  return req;
+}
+
+/* A's REQ to a kernel rdma_cm listener on RDMA_PS_TCP, REP, RTU: the QP goes
+ * INIT (where `post` posts the receives: not before, rxe refuses them in
+ * RESET), RTR, RTS on the way. */
+static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct verbs *)) {
+  struct sa_path_rec path;
+  uint8_t hdr[CMA_HDR_LEN];
+  struct ib_cm_id *id = active_id(&path, hdr);
+  struct ib_cm_req_param req = rdma_cm_req(&path, hdr, RDMA_PS_TCP, v->qp->qp_num, IB_QPT_RC);
   long long t0 = now_ms();
   CHECK_EQ(ib_send_cm_req(id, &req), 0);
   qp_modify_cm(v, id, IBV_QPS_INIT); /* from REQ_SENT on, as the kernel allows */
@@ -776,19 +786,8 @@ static int mode_xrc_client(void) {
     struct sa_path_rec path;
     uint8_t hdr[CMA_HDR_LEN];
     struct ib_cm_id *id = active_id(&path, hdr);
-    struct ib_cm_req_param req = {
-        .primary_path = &path,
-        .service_id = service_id(RDMA_PS_IB),
-        .qp_num = XRC_A_INI_QPN + (uint32_t)i,
-        .qp_type = IB_QPT_XRC_INI,
-        .starting_psn = random_psn(),
-        .private_data = hdr,
-        .private_data_len = CMA_HDR_LEN,
-        .initiator_depth = 1,
-        .remote_cm_response_timeout = 20,
-        .local_cm_response_timeout = 20,
-        .max_cm_retries = 15,
-    };
+    struct ib_cm_req_param req =
+        rdma_cm_req(&path, hdr, RDMA_PS_IB, XRC_A_INI_QPN + (uint32_t)i, IB_QPT_XRC_INI);
     CHECK_EQ(ib_send_cm_req(id, &req), 0);
     const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, WAIT_MS);
     uint32_t tgt = pd_qpn(rep);

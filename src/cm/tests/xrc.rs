@@ -11,7 +11,7 @@ use super::*;
 use crate::cm::event::EventParam;
 use crate::cm::qp_attr::QPS_RTR;
 use crate::cm::{create_id, init_qp_attr, listen, send_dreq, send_rep, send_req, send_rtu};
-use crate::wire::{Dreq, Rej, Rep, Req, Rtu, TransportType, parse_header};
+use crate::wire::{Dreq, Rej, Rep, Req, TransportType, parse_header};
 
 /// The QPN of the raw peer's XRC target QP, as its REP carries it.
 const TGT_QPN: u32 = 0x00c0de;
@@ -165,6 +165,19 @@ impl XrcIni {
         id
     }
 
+    /// `connect`, then REP_RECEIVED, A's RTU on the wire: ESTABLISHED.
+    fn establish(&mut self, peer_comm_id: u32, tgt_qpn: u32) -> Arc<CmIdPriv> {
+        let id = self.connect(peer_comm_id, tgt_qpn);
+        let seen = self.rec.wait(Some(&id), IB_CM_REP_RECEIVED);
+        assert_eq!(seen.state, IB_CM_REP_RCVD);
+        send_rtu(&id, &[]).unwrap();
+        let mad = self.next_mad();
+        let attr_id = parse_header(&mad).unwrap().0.attr_id;
+        assert_eq!(attr_id, crate::wire::attr::RTU, "{:?}", Rej::decode(&mad));
+        assert_eq!(id.state(), IB_CM_ESTABLISHED);
+        id
+    }
+
     fn finish(self, ids: &[&Arc<CmIdPriv>]) {
         for id in ids {
             crate::cm::destroy_id(id, 0);
@@ -188,20 +201,10 @@ fn hardening_12_xrc_ini_takes_the_remote_qpn_from_the_reps_eecn() {
 #[test]
 fn hardening_12_two_xrc_connections_to_one_node_do_not_collide() {
     let mut ini = XrcIni::new();
-    let first = ini.connect(0x2221, TGT_QPN);
-    ini.rec.wait(Some(&first), IB_CM_REP_RECEIVED);
-    send_rtu(&first, &[]).unwrap();
-    assert!(Rtu::decode(&ini.next_mad()).is_ok());
+    let first = ini.establish(0x2221, TGT_QPN);
     // A second target QP of the same node: a new connection, not a stale one.
-    let second = ini.connect(0x2222, TGT_QPN + 1);
-    let seen = ini.rec.wait(Some(&second), IB_CM_REP_RECEIVED);
-    assert_eq!(seen.state, IB_CM_REP_RCVD);
-    send_rtu(&second, &[]).unwrap();
-    let mad = ini.next_mad();
-    let attr_id = parse_header(&mad).unwrap().0.attr_id;
-    assert_eq!(attr_id, crate::wire::attr::RTU, "{:?}", Rej::decode(&mad));
+    let second = ini.establish(0x2222, TGT_QPN + 1);
     assert_eq!(first.state(), IB_CM_ESTABLISHED);
-    assert_eq!(second.state(), IB_CM_ESTABLISHED);
     assert_eq!(*ini.event_qpns.lock(), [TGT_QPN, TGT_QPN + 1]);
     ini.finish(&[&first, &second]);
 }
@@ -209,10 +212,7 @@ fn hardening_12_two_xrc_connections_to_one_node_do_not_collide() {
 #[test]
 fn hardening_12_xrc_ini_dreq_carries_the_targets_qpn() {
     let mut ini = XrcIni::new();
-    let id = ini.connect(0x3333, TGT_QPN);
-    ini.rec.wait(Some(&id), IB_CM_REP_RECEIVED);
-    send_rtu(&id, &[]).unwrap();
-    ini.next_mad();
+    let id = ini.establish(0x3333, TGT_QPN);
     send_dreq(&id, None).unwrap();
     let dreq = Dreq::decode(&ini.next_mad()).unwrap();
     assert_eq!(dreq.remote_comm_id, 0x3333);
