@@ -86,6 +86,8 @@ int main(void) {
   CHECK(req->has_path);
   CHECK_EQ(req->path.packet_life_time + 1u, req_ack_timeout);
   disconnect_pair(&c);
+  ib_destroy_cm_id(c.a);
+  ib_destroy_cm_id(c.b);
   ib_destroy_cm_id(listener);
   test_finish();
   return 0;
