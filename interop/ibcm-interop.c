@@ -26,6 +26,16 @@
  *                                     longer has: the kernel's stateless DREP
  *   ibcm-interop stale-drep PORT      the kernel's DREQ for a connection A has
  *                                     destroyed: A's stateless DREP
+ *   ibcm-interop xrc-client PORT      two XRC_INI connections to the kernel's
+ *                                     XRC_TGT (xrc-peer server in B): the QPN
+ *                                     from each REP's EECN, A disconnects
+ *   ibcm-interop xrc-server PORT      the kernel's XRC_INI (xrc-peer client)
+ *                                     connects to A as XRC_TGT, the kernel
+ *                                     disconnects
+ *
+ * rdma_rxe has no XRC verbs objects (ibv_open_xrcd: EOPNOTSUPP), so the xrc-*
+ * modes exchange the CM messages only: their QPNs are not backed by QPs and no
+ * data flows (interop/xrc-peer.c does the same in B, through librdmacm).
  *
  * The peer is $SRT_PEER_IP, this side $SRT_SELF_IP, the device $IBCM_DEV_A
  * (rxe0). The stale-* modes run the shell commands $IBCM_HOOK_<NAME> at fixed
@@ -35,6 +45,8 @@
 #include "../c-tests/common.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +54,7 @@
 /* rdma_cm's port spaces (rdma/rdma_cma.h): service ID = ps << 16 | port. */
 #define RDMA_PS_TCP 0x0106
 #define RDMA_PS_UDP 0x0111
+#define RDMA_PS_IB 0x013f /* rdma_xserver / rdma_xclient -c x */
 #define RDMA_UDP_QKEY 0x01234567u /* the Q_Key rdma_cm gives RDMA_PS_UDP */
 #define CMA_HDR_LEN 36
 #define WAIT_MS 30000 /* TCG is slow: generous, but bounded */
@@ -134,17 +147,23 @@ struct verbs {
   int sends_done, recvs_done;
 };
 
-static void verbs_open(struct verbs *v, enum ibv_qp_type type, size_t len) {
-  memset(v, 0, sizeof(*v));
+static struct ibv_context *verbs_open_device(void) {
+  struct ibv_context *ctx = NULL;
   int n = 0;
   struct ibv_device **list = ibv_get_device_list(&n);
   CHECK(list != NULL);
-  for (int i = 0; i < n && !v->ctx; i++)
+  for (int i = 0; i < n && !ctx; i++)
     if (strcmp(ibv_get_device_name(list[i]), dev_a_name()) == 0)
-      v->ctx = ibv_open_device(list[i]);
+      ctx = ibv_open_device(list[i]);
   ibv_free_device_list(list);
-  if (!v->ctx)
+  if (!ctx)
     test_fail(__FILE__, __LINE__, "no verbs device %s", dev_a_name());
+  return ctx;
+}
+
+static void verbs_open(struct verbs *v, enum ibv_qp_type type, size_t len) {
+  memset(v, 0, sizeof(*v));
+  v->ctx = verbs_open_device();
   CHECK((v->pd = ibv_alloc_pd(v->ctx)) != NULL);
   CHECK((v->cq = ibv_create_cq(v->ctx, 64, NULL, NULL, 0)) != NULL);
   struct ibv_qp_init_attr init = {
@@ -285,18 +304,17 @@ static struct ib_cm_id *active_id(struct sa_path_rec *path, uint8_t hdr[CMA_HDR_
   return id;
 }
 
-/* A's REQ to a kernel rdma_cm listener on RDMA_PS_TCP, REP, RTU: the QP goes
- * INIT (where `post` posts the receives: not before, rxe refuses them in
- * RESET), RTR, RTS on the way. */
-static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct verbs *)) {
-  struct sa_path_rec path;
-  uint8_t hdr[CMA_HDR_LEN];
-  struct ib_cm_id *id = active_id(&path, hdr);
+/* A REQ as rdma_cm makes one, for QP `qp_num` of `qp_type` on rdma_cm's port
+ * space `ps`, with its header `hdr` (the library leaves out what an XRC_INI
+ * REQ does not carry, as cm_format_req does). */
+static struct ib_cm_req_param rdma_cm_req(struct sa_path_rec *path, uint8_t hdr[CMA_HDR_LEN],
+                                          uint16_t ps, uint32_t qp_num,
+                                          enum ib_qp_type qp_type) {
   struct ib_cm_req_param req = {
-      .primary_path = &path,
-      .service_id = service_id(RDMA_PS_TCP),
-      .qp_num = v->qp->qp_num,
-      .qp_type = IB_QPT_RC,
+      .primary_path = path,
+      .service_id = service_id(ps),
+      .qp_num = qp_num,
+      .qp_type = qp_type,
       .starting_psn = random_psn(),
       .private_data = hdr,
       .private_data_len = CMA_HDR_LEN,
@@ -309,6 +327,17 @@ static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct v
       .rnr_retry_count = 7,
       .max_cm_retries = 15,
   };
+  return req;
+}
+
+/* A's REQ to a kernel rdma_cm listener on RDMA_PS_TCP, REP, RTU: the QP goes
+ * INIT (where `post` posts the receives: not before, rxe refuses them in
+ * RESET), RTR, RTS on the way. */
+static struct ib_cm_id *connect_to_kernel(struct verbs *v, void (*post)(struct verbs *)) {
+  struct sa_path_rec path;
+  uint8_t hdr[CMA_HDR_LEN];
+  struct ib_cm_id *id = active_id(&path, hdr);
+  struct ib_cm_req_param req = rdma_cm_req(&path, hdr, RDMA_PS_TCP, v->qp->qp_num, IB_QPT_RC);
   long long t0 = now_ms();
   CHECK_EQ(ib_send_cm_req(id, &req), 0);
   qp_modify_cm(v, id, IBV_QPS_INIT); /* from REQ_SENT on, as the kernel allows */
@@ -715,6 +744,106 @@ static int mode_stale_drep(void) {
   return 0;
 }
 
+/* ---- XRC: the CM messages only ------------------------------------------- */
+
+#define XRC_CONNS 2
+#define XRC_A_INI_QPN 0x00a1c0u /* A's XRC_INI QPNs: this, this + 1 */
+#define XRC_A_TGT_QPN 0x00a7c0u /* A's XRC_TGT QPN (the scenario tells B) */
+
+/* Says whether the device has XRC verbs objects; rxe has none. */
+static void xrc_verbs_probe(void) {
+  struct ibv_context *ctx = verbs_open_device();
+  struct ibv_xrcd_init_attr attr = {
+      .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
+  struct ibv_xrcd *xrcd = ibv_open_xrcd(ctx, &attr);
+  if (xrcd) {
+    printf("verbs: %s opens an XRC domain; this mode still exchanges the CM messages only\n",
+           dev_a_name());
+    CHECK_EQ(ibv_close_xrcd(xrcd), 0);
+  } else {
+    printf("verbs: %s has no XRC (ibv_open_xrcd: %s): the CM messages only, QPNs not "
+           "backed by QPs, no data\n",
+           dev_a_name(), strerror(errno));
+  }
+  CHECK_EQ(ibv_close_device(ctx), 0);
+}
+
+/* The 32-bit big-endian QPN a peer put in its private data. */
+static uint32_t pd_qpn(const struct cm_ev *e) {
+  uint32_t be;
+  memcpy(&be, e->pd, sizeof(be));
+  return be32toh(be);
+}
+
+/* A's XRC_INI connections to the kernel's XRC_TGT (xrc-peer server): each REP
+ * carries the target's QPN in its EECN (and, like rdma_xserver's SRQ number,
+ * in its private data); two to the same node are two connections, not a
+ * stale one; RTR aims at the target QP; A's DREQs reach the kernel. */
+static int mode_xrc_client(void) {
+  xrc_verbs_probe();
+  struct ib_cm_id *ids[XRC_CONNS];
+  for (int i = 0; i < XRC_CONNS; i++) {
+    struct sa_path_rec path;
+    uint8_t hdr[CMA_HDR_LEN];
+    struct ib_cm_id *id = active_id(&path, hdr);
+    struct ib_cm_req_param req =
+        rdma_cm_req(&path, hdr, RDMA_PS_IB, XRC_A_INI_QPN + (uint32_t)i, IB_QPT_XRC_INI);
+    CHECK_EQ(ib_send_cm_req(id, &req), 0);
+    const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, WAIT_MS);
+    uint32_t tgt = pd_qpn(rep);
+    printf("REP %d: remote QPN 0x%06x, the kernel's XRC_TGT QPN (its private data) 0x%06x, "
+           "SRQ %u\n",
+           i + 1, rep->param.rep_rcvd.remote_qpn, tgt, rep->param.rep_rcvd.srq);
+    CHECK_EQ(rep->param.rep_rcvd.remote_qpn, tgt);
+    CHECK(tgt != 0);
+    struct ibv_qp_attr attr = {.qp_state = IBV_QPS_RTR};
+    int mask = 0;
+    CHECK_EQ(ib_cm_init_qp_attr(id, &attr, &mask), 0);
+    CHECK(mask & IBV_QP_DEST_QPN);
+    CHECK_EQ(attr.dest_qp_num, tgt);
+    CHECK_EQ(ib_send_cm_rtu(id, NULL, 0), 0);
+    CHECK_STATE(id, IB_CM_ESTABLISHED);
+    ids[i] = id;
+  }
+  printf("%d XRC connections established to one node\n", XRC_CONNS);
+  for (int i = 0; i < XRC_CONNS; i++)
+    disconnect_from_a(ids[i]);
+  return 0;
+}
+
+/* The kernel's XRC_INI (xrc-peer client) connects to A's XRC_TGT: A's REP
+ * carries its QPN in the EECN, which the kernel must read (xrc-peer checks
+ * it), and the kernel's DREQ then carries it back to A. */
+static int mode_xrc_server(void) {
+  xrc_verbs_probe();
+  struct ib_cm_id *listener = listen_on(RDMA_PS_IB);
+  const struct cm_ev *req = wait_any(IB_CM_REQ_RECEIVED);
+  struct ib_cm_id *id = req->id;
+  const struct ib_cm_req_event_param *p = &req->param.req_rcvd;
+  printf("REQ: service ID 0x%016llx, remote QPN 0x%06x, %s\n",
+         (unsigned long long)be64toh(id->service_id), p->remote_qpn,
+         p->qp_type == IB_QPT_XRC_TGT ? "XRC_TGT" : "not XRC_TGT");
+  CHECK(p->qp_type == IB_QPT_XRC_TGT);
+  cma_hdr_check(req->pd);
+  uint32_t be = htobe32(XRC_A_TGT_QPN);
+  struct ib_cm_rep_param rep = {
+      .qp_num = XRC_A_TGT_QPN,
+      .starting_psn = random_psn(),
+      .private_data = &be,
+      .private_data_len = sizeof(be),
+      .rnr_retry_count = 7,
+      .srq = 1,
+  };
+  CHECK_EQ(ib_send_cm_rep(id, &rep), 0);
+  /* No state check here: the kernel's DREQ follows its RTU at once (the id
+   * may be DREQ_RCVD already); DREQ_RECEIVED below proves both. */
+  wait_event_from(0, id, IB_CM_RTU_RECEIVED, WAIT_MS);
+  printf("XRC connection established (A is XRC_TGT QPN 0x%06x)\n", XRC_A_TGT_QPN);
+  ib_destroy_cm_id(listener);
+  disconnect_from_kernel(id);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
@@ -724,6 +853,7 @@ int main(int argc, char **argv) {
       {"echo-server", mode_echo_server},   {"msg-server", mode_msg_server},
       {"sidr-server", mode_sidr_server},   {"sidr-client", mode_sidr_client},
       {"stale-dreq", mode_stale_dreq},     {"stale-drep", mode_stale_drep},
+      {"xrc-client", mode_xrc_client},     {"xrc-server", mode_xrc_server},
   };
   if (argc != 3) {
     fprintf(stderr, "usage: %s MODE PORT (see the comment at the top of ibcm-interop.c)\n",

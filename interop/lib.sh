@@ -48,42 +48,88 @@ dispatch_hook() {
 
 # A scenario starts from a clean slate: no tool left running in B (a failed
 # scenario may leave one), no tc filter in either VM. Then tcpdump on A's NIC
-# for the whole scenario: every RoCE v2 packet (UDP 4791).
+# for the whole scenario: every RoCE v2 packet (UDP 4791). --immediate-mode:
+# libpcap hands each packet to tcpdump as it comes (by default it hands over
+# blocks that wait up to 1 s), -U: tcpdump writes each one at once.
 PCAP=$OUT/$SCENARIO.pcap
+TCPDUMP_LOG=$OUT/$SCENARIO.tcpdump.log
 scenario_start() {
-  bctl run "pkill -9 -x 'rping|rdma_server|rdma_client|ucmatose|udaddy'; $FIND_NIC; tc qdisc del dev \$NIC root 2>/dev/null; true" > /dev/null
+  bctl run "pkill -9 -x 'rping|rdma_server|rdma_client|ucmatose|udaddy|xrc-peer'; $FIND_NIC; tc qdisc del dev \$NIC root 2>/dev/null; true" > /dev/null
   tc qdisc del dev "$NIC" root 2> /dev/null
-  tcpdump -i "$NIC" -n -U -s 0 -w "$PCAP" udp port 4791 2> "$OUT/$SCENARIO.tcpdump.log" &
+  tcpdump -i "$NIC" -n --immediate-mode -U -s 0 -w "$PCAP" udp port 4791 2> "$TCPDUMP_LOG" &
   TCPDUMP=$!
   trap 'kill $TCPDUMP 2>/dev/null' EXIT
-  for _ in $(seq 1 100); do grep -q listening "$OUT/$SCENARIO.tcpdump.log" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1 200); do grep -q listening "$TCPDUMP_LOG" 2>/dev/null && return; sleep 0.05; done
+  harness_error "tcpdump is not capturing after 10 s: $(cat "$TCPDUMP_LOG")"
 }
 
-# Ends the capture and checks it: tshark dissects each CM MAD, reports no
-# malformed packet, and every attribute named in $@ (REQ, REP, ...) is there.
-# Prints the CM MADs as tshark sees them.
-check_capture() {
-  sleep 0.3
-  kill -INT $TCPDUMP 2>/dev/null
-  wait $TCPDUMP 2>/dev/null
-  local mads names
-  mads=$(tshark -r "$PCAP" -Y 'infiniband.mad.mgmtclass == 0x07' -T fields -E separator=' ' \
+# A capture that cannot be trusted is the harness's failure, not the
+# protocol's, and never a pass: its own message and exit status.
+HARNESS_ERROR=3
+harness_error() { echo "HARNESS ERROR $SCENARIO: $*"; exit $HARNESS_ERROR; }
+
+# The CM MADs in the capture so far, one a line: time, source, destination,
+# name, TID, as tshark dissects them.
+cm_mads() {
+  tshark -r "$PCAP" -Y 'infiniband.mad.mgmtclass == 0x07' -T fields -E separator=' ' \
     -e frame.time_relative -e ip.src -e ip.dst -e infiniband.mad.attributeid \
-    -e infiniband.mad.transactionid 2>/dev/null) || fail "tshark cannot read $PCAP"
-  names=$(echo "$mads" | awk '
+    -e infiniband.mad.transactionid 2>/dev/null | awk '
     BEGIN { n["0x0010"]="REQ"; n["0x0011"]="MRA"; n["0x0012"]="REJ"; n["0x0013"]="REP"; n["0x0014"]="RTU";
             n["0x0015"]="DREQ"; n["0x0016"]="DREP"; n["0x0017"]="SIDR_REQ"; n["0x0018"]="SIDR_REP";
             n["0x0019"]="LAP"; n["0x001a"]="APR" }
-    NF { a = n[$4] ? n[$4] : $4; printf "  %8.3f s  %-10s -> %-10s %-8s tid %s\n", $1, $2, $3, a, $5 }')
+    NF { a = n[$4] ? n[$4] : $4; printf "  %8.3f s  %-10s -> %-10s %-8s tid %s\n", $1, $2, $3, a, $5 }'
+}
+
+# Which of the attributes named in $@ the capture does not hold yet.
+missing_mads() {
+  (($#)) || return 0
+  local names want
+  names=$(cm_mads | awk '{print $6}')
+  for want in "$@"; do grep -qx "$want" <<< "$names" || echo "$want"; done
+}
+
+# Ends the capture once it holds what it must: every attribute named in $@
+# (up to 20 s), then no new packet for 0.5 s (up to 10 s more); tcpdump is
+# stopped and waited for, and its own count must show that the pcap holds
+# every packet its filter took.
+stop_capture() {
+  local deadline=$((SECONDS + 20)) size last=-1 captured filtered dropped
+  while [ -n "$(missing_mads "$@")" ] && ((SECONDS < deadline)); do sleep 0.2; done
+  for _ in $(seq 1 20); do
+    size=$(stat -c %s "$PCAP" 2> /dev/null || echo 0)
+    [ "$size" = "$last" ] && break
+    last=$size
+    sleep 0.5
+  done
+  kill -INT $TCPDUMP 2> /dev/null
+  for _ in $(seq 1 100); do kill -0 $TCPDUMP 2> /dev/null || break; sleep 0.1; done
+  kill -0 $TCPDUMP 2> /dev/null && { kill -9 $TCPDUMP; harness_error "tcpdump did not stop on SIGINT"; }
+  wait $TCPDUMP 2> /dev/null
+  trap - EXIT
+  captured=$(sed -n 's/^\([0-9]*\) packets\{0,1\} captured$/\1/p' "$TCPDUMP_LOG")
+  filtered=$(sed -n 's/^\([0-9]*\) packets\{0,1\} received by filter$/\1/p' "$TCPDUMP_LOG")
+  dropped=$(sed -n 's/^\([0-9]*\) packets\{0,1\} dropped by kernel$/\1/p' "$TCPDUMP_LOG")
+  [ -n "$captured" ] && [ -n "$filtered" ] && [ -n "$dropped" ] ||
+    harness_error "tcpdump did not report its counts: $(tr '\n' ' ' < "$TCPDUMP_LOG")"
+  [ "$captured" = "$filtered" ] && [ "$dropped" = 0 ] ||
+    harness_error "incomplete capture: tcpdump wrote $captured of the $filtered packets its filter took ($dropped dropped by the kernel)"
+}
+
+# Ends the capture (stop_capture) and checks it: tshark dissects each CM MAD,
+# reports no malformed packet, and every attribute named in $@ (REQ, REP, ...)
+# is there. Prints the CM MADs as tshark sees them.
+check_capture() {
+  stop_capture "$@"
+  local names want
+  names=$(cm_mads) || harness_error "tshark cannot read $PCAP"
   echo "$SCENARIO: CM MADs on the wire (tcpdump in A, tshark):"
   echo "$names"
   if tshark -r "$PCAP" -q -z expert,warn 2>/dev/null | grep -qi malformed; then
     tshark -r "$PCAP" -q -z expert,warn
     fail "tshark reports a malformed packet in $PCAP"
   fi
-  local want
   for want in "$@"; do
-    echo "$names" | awk '{print $6}' | grep -qx "$want" || fail "no $want in the capture"
+    echo "$names" | awk '{print $6}' | grep -qx "$want" || fail "no $want in the capture (complete: tcpdump wrote every packet its filter took)"
   done
   echo "$SCENARIO: $(echo "$names" | grep -c .) CM MADs, $(tshark -r "$PCAP" 2>/dev/null | wc -l) RoCE packets, tshark: no malformed packet"
 }
@@ -101,6 +147,29 @@ check_private_data() {
   got=$(tshark -r "$PCAP" -Y "infiniband.mad.attributeid == $attr && ip.src == $SRT_SELF_IP" -T fields -e $field 2>/dev/null | head -1 | tr -d ':')
   [ "$got" = "$want" ] || fail "A's ${msg^^} private data on the wire: ${got:0:40}..., expected ${want:0:40}..."
   echo "$SCENARIO: A's ${msg^^} carries its $len bytes of private data on the wire (tshark): ${got:0:32}..."
+}
+
+# VM B's XRC end (interop/xrc-peer.c), built next to ibcm-interop when
+# librdmacm-dev is installed (softroce/setup.sh installs it).
+XRC_PEER=$(dirname "$IBCM_INTEROP")/xrc-peer
+
+# Every REP from $1 (an IP) on the wire is an XRC target's, as the kernel's
+# cm_format_rep makes it: Local QPN 0, the QPN in the Local EE Context Number,
+# SRQ 1, initiator depth 0, no end-to-end flow control.
+check_xrc_reps() {
+  local reps
+  reps=$(tshark -r "$PCAP" -Y "infiniband.mad.attributeid == 0x0013 && ip.src == $1" -T fields \
+    -E separator=' ' -e infiniband.cm.rep.localqpn -e infiniband.cm.rep.localeecn \
+    -e infiniband.cm.rep.srq -e infiniband.cm.rep.initdepth -e infiniband.cm.rep.e2eflowctrl \
+    2>/dev/null)
+  [ -n "$reps" ] || fail "no REP from $1 in the capture"
+  echo "$SCENARIO: REPs from $1 (tshark: local QPN, EECN, SRQ, initiator depth, flow control):"
+  echo "$reps" | sed 's/^/  /'
+  local qpn eecn srq depth flow
+  while read -r qpn eecn srq depth flow; do
+    ((qpn == 0 && eecn != 0 && srq == 1 && depth == 0 && flow == 0)) ||
+      fail "a REP from $1 is not an XRC target's (cm_format_rep)"
+  done <<< "$reps"
 }
 
 pass() { echo "PASS $SCENARIO in $((($(date +%s%N) - START_NS) / 1000000)) ms"; exit 0; }

@@ -9,8 +9,9 @@ SRT_DIR=${SRT_DIR:-$HERE/../build/softroce}
 mkdir -p "$SRT_DIR"
 SRT_DIR=$(cd "$SRT_DIR" && pwd)
 
+# librdmacm-dev: interop/xrc-peer.c, VM B's XRC end.
 PKGS="qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-providers rdmacm-utils
-      libibumad3 tshark tcpdump"
+      librdmacm-dev libibumad3 tshark tcpdump"
 missing=()
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -22,8 +22,8 @@ use crate::wire::Mad;
 const IB_MTU_4096: u8 = 5;
 /// IB rate 10 Gb/s (`IB_RATE_10_GBPS`).
 const IB_RATE_10_GBPS: u8 = 3;
-/// The CA ACK delay the library assumes: what rdma_rxe reports (sysfs does
-/// not show it). Loop devices use it too.
+/// The CA ACK delay of loop devices, and of real ones whose delay cannot be
+/// read (no libibverbs): what rdma_rxe reports (sysfs does not show it).
 const CA_ACK_DELAY: u8 = 15;
 /// The packet lifetime rdma_cm gives RoCE paths (`CMA_IBOE_PACKET_LIFETIME`).
 const ROCE_PACKET_LIFETIME: u8 = 16;
@@ -67,8 +67,9 @@ pub struct Device {
     pub name: String,
     pub node_guid: u64,
     /// `local_ca_ack_delay` (goes into REP TargetACKDelay and the REQ's local
-    /// ACK timeout, and so sets the timewait): rxe's 15, so timewait lasts
-    /// 128 ms. A DREQ retransmitted within that (a short
+    /// ACK timeout, and so sets the timewait): the device's own, as
+    /// `ibv_query_device` reports it; 15 on loop devices (rxe's), so timewait
+    /// lasts 128 ms. A DREQ retransmitted within that (a short
     /// `remote_cm_response_timeout`) gets the DREP again; one retried later
     /// (rdma_cm's 4 s) finds the id IDLE and is dropped, as in the kernel.
     pub ack_delay: u8,
@@ -93,6 +94,7 @@ pub struct Device {
 /// What a device is made of before its transport opens.
 struct Identity {
     node_guid: u64,
+    ack_delay: u8,
     ports: Vec<Port>,
 }
 
@@ -100,7 +102,7 @@ impl Device {
     /// Opens `name`: `loopN` on the in-process fabric, else an RDMA device.
     pub fn open(name: &str) -> CmResult<Arc<Device>> {
         match LoopIdentity::from_name(name) {
-            Some(me) => Self::open_loop(name, me, LinkLayer::InfiniBand),
+            Some(me) => Self::open_loop(name, me, LinkLayer::InfiniBand, CA_ACK_DELAY),
             None => {
                 let sys = sysfs::read_device(std::path::Path::new(sysfs::SYS_INFINIBAND), name)?;
                 if !sys.ports.iter().any(|p| p.active) {
@@ -109,6 +111,7 @@ impl Device {
                 }
                 let identity = Identity {
                     node_guid: sys.node_guid,
+                    ack_delay: device_ack_delay(name),
                     ports: sys
                         .ports
                         .iter()
@@ -131,13 +134,19 @@ impl Device {
     }
 
     /// A device of the in-process fabric: one port of `link_layer`.
-    fn open_loop(name: &str, me: LoopIdentity, link_layer: LinkLayer) -> CmResult<Arc<Device>> {
+    fn open_loop(
+        name: &str,
+        me: LoopIdentity,
+        link_layer: LinkLayer,
+        ack_delay: u8,
+    ) -> CmResult<Arc<Device>> {
         let gid_type = match link_layer {
             LinkLayer::Ethernet => GidType::RoceV2,
             _ => GidType::Ib,
         };
         let identity = Identity {
             node_guid: me.node_guid,
+            ack_delay,
             ports: vec![Port {
                 port_num: 1,
                 lid: me.lid,
@@ -161,7 +170,15 @@ impl Device {
     #[cfg(test)]
     pub fn open_loop_as_roce(name: &str) -> CmResult<Arc<Device>> {
         let me = LoopIdentity::from_name(name).ok_or(EINVAL)?;
-        Self::open_loop(name, me, LinkLayer::Ethernet)
+        Self::open_loop(name, me, LinkLayer::Ethernet, CA_ACK_DELAY)
+    }
+
+    /// A loop device with the CA ACK delay of a real device other than rxe
+    /// (the engine tests of what the delay sets).
+    #[cfg(test)]
+    pub fn open_loop_with_ack_delay(name: &str, ack_delay: u8) -> CmResult<Arc<Device>> {
+        let me = LoopIdentity::from_name(name).ok_or(EINVAL)?;
+        Self::open_loop(name, me, LinkLayer::InfiniBand, ack_delay)
     }
 
     /// Builds the device around the transport `open` makes; received MADs go
@@ -186,7 +203,7 @@ impl Device {
             Device {
                 name: name.to_owned(),
                 node_guid: identity.node_guid,
-                ack_delay: CA_ACK_DELAY,
+                ack_delay: identity.ack_delay,
                 counters: identity
                     .ports
                     .iter()
@@ -345,6 +362,18 @@ impl Device {
             ..port_path(port, port.gids[0].gid, *dgid)
         })
     }
+}
+
+/// The CA ACK delay of RDMA device `name` (`ib_device.attrs.local_ca_ack_delay`
+/// in the kernel), from libibverbs; 15 with a warning when it cannot be read.
+fn device_ack_delay(name: &str) -> u8 {
+    crate::transport::umad::verbs_local_ca_ack_delay(name).unwrap_or_else(|| {
+        crate::ibcm_log!(
+            Warn,
+            "{name}: local_ca_ack_delay unknown (libibverbs.so.1 or its device missing): assuming {CA_ACK_DELAY}"
+        );
+        CA_ACK_DELAY
+    })
 }
 
 /// The attribute ID of an encoded MAD.

@@ -17,6 +17,7 @@ use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::IB_CM_REP_RECEIVED;
 use crate::abi::ib_cm_rej_reason::IB_CM_REJ_STALE_CONN;
 use crate::abi::ib_cm_state::*;
+use crate::abi::ib_qp_type::{IB_QPT_XRC_INI, IB_QPT_XRC_TGT};
 use crate::errno::{CmResult, EINVAL};
 use crate::wire::rep::CM_REP_PRIVATE_DATA;
 use crate::wire::{MsgResponse, Rep, Rtu, attr};
@@ -45,23 +46,20 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
     if !matches!(l.state(), IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT) {
         return Err(EINVAL);
     }
+    let qp_num = p.qp_num & 0x00ff_ffff;
     let rep = Rep {
         attr_mod: p.ece.1,
         local_comm_id: l.inner.local_id,
         remote_comm_id: l.inner.remote_id,
-        local_qpn: p.qp_num & 0x00ff_ffff,
         vendor_id: p.ece.0 & 0x00ff_ffff,
         starting_psn: p.starting_psn & 0x00ff_ffff,
         responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
         target_ack_delay: id.device.ack_delay,
         failover_accepted: p.failover_accepted & 0x3,
-        end_to_end_flow_control: p.flow_control,
         rnr_retry_count: p.rnr_retry_count & 0x7,
-        srq: p.srq,
         local_ca_guid: id.device.node_guid,
         private_data: pd_array(&p.private_data),
-        ..Rep::default()
+        ..qp_fields(l.inner.qp_type, qp_num, p)
     };
     let mad = rep.encode(l.inner.tid);
     send_tracked(&mut l, mad, IB_CM_REP_SENT)?;
@@ -69,10 +67,42 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
     l.inner.initiator_depth = p.initiator_depth;
     l.inner.responder_resources = p.responder_resources;
     l.inner.rq_psn = rep.starting_psn;
-    l.inner.local_qpn = rep.local_qpn;
+    l.inner.local_qpn = qp_num;
     // Unlike the RTU, DREP and MRA, the REP's private data is not kept: a
     // DREP re-sent from timewait never carries it (`ib_send_cm_rep`).
     Ok(())
+}
+
+/// The REP's QP fields (`cm_format_rep`): an XRC target's QPN goes in the
+/// Local EE Context Number, with SRQ set and no initiator depth or flow
+/// control (an XRC target has no send queue); every other QP type has them
+/// in the Local QPN and its own fields.
+fn qp_fields(qp_type: i32, qp_num: u32, p: &RepParams) -> Rep {
+    if qp_type == IB_QPT_XRC_TGT as i32 {
+        Rep {
+            local_eecn: qp_num,
+            srq: true,
+            ..Rep::default()
+        }
+    } else {
+        Rep {
+            local_qpn: qp_num,
+            initiator_depth: p.initiator_depth,
+            end_to_end_flow_control: p.flow_control,
+            srq: p.srq,
+            ..Rep::default()
+        }
+    }
+}
+
+/// The peer's QPN in a REP (`cm_rep_get_qpn`): an XRC initiator's peer is an
+/// XRC target, whose QPN is in the Local EE Context Number.
+fn rep_qpn(rep: &Rep, qp_type: i32) -> u32 {
+    if qp_type == IB_QPT_XRC_INI as i32 {
+        rep.local_eecn
+    } else {
+        rep.local_qpn
+    }
 }
 
 /// `cm_dup_rep_handler()`: our RTU was lost, so the peer resent its REP.
@@ -113,9 +143,10 @@ pub fn rep_handler(work: Received) {
         return;
     }
     let guid = rep.local_ca_guid;
+    let remote_qpn = rep_qpn(&rep, l.inner.qp_type);
     l.inner.remote_ca_guid = guid;
     l.inner.remote_id = rep.local_comm_id;
-    l.inner.remote_qpn = rep.local_qpn;
+    l.inner.remote_qpn = remote_qpn;
     {
         let mut t = tables();
         if t.remote_id.contains_key(&(rep.local_comm_id, guid)) {
@@ -128,7 +159,7 @@ pub fn rep_handler(work: Received) {
         l.inner.remote_id_linked = true;
         let stale = t
             .remote_qpn
-            .get(&(rep.local_qpn, guid))
+            .get(&(remote_qpn, guid))
             .and_then(std::sync::Weak::upgrade);
         if let Some(stale) = stale {
             drop(t);
@@ -139,8 +170,7 @@ pub fn rep_handler(work: Received) {
             let _ = dreq::send_dreq(&stale, None);
             return;
         }
-        t.remote_qpn
-            .insert((rep.local_qpn, guid), Arc::downgrade(&id));
+        t.remote_qpn.insert((remote_qpn, guid), Arc::downgrade(&id));
         l.inner.remote_qpn_linked = true;
     }
     l.set_state(IB_CM_REP_RCVD);
@@ -161,7 +191,7 @@ pub fn rep_handler(work: Received) {
     let event = RepRcvd {
         remote_ca_guid: guid,
         remote_qkey: rep.local_qkey,
-        remote_qpn: rep.local_qpn,
+        remote_qpn,
         starting_psn: rep.starting_psn,
         responder_resources: rep.initiator_depth,
         initiator_depth: rep.responder_resources,

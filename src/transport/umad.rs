@@ -531,3 +531,69 @@ impl Drop for UmadTransport {
         self.close();
     }
 }
+
+/// `struct ibv_device_attr` (verbs.h) as raw bytes: only `local_ca_ack_delay`
+/// is read, at its offset in the x86_64/aarch64 layout.
+#[repr(C, align(8))]
+struct IbvDeviceAttr([u8; 232]);
+const IBV_DEVICE_ATTR_LOCAL_CA_ACK_DELAY: usize = 226;
+
+/// The `local_ca_ack_delay` of RDMA device `name` as libibverbs reports it
+/// (`ibv_query_device`), what the kernel's CM takes from `ib_device.attrs`.
+/// libibverbs (`libibverbs.so.1`) is loaded at run time, as libibumad is;
+/// `None` when it, its functions or the device are missing, or the query
+/// fails.
+pub fn verbs_local_ca_ack_delay(name: &str) -> Option<u8> {
+    type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
+    type FreeDeviceList = unsafe extern "C" fn(*mut *mut c_void);
+    type GetDeviceName = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+    type OpenDevice = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+    type CloseDevice = unsafe extern "C" fn(*mut c_void) -> c_int;
+    type QueryDevice = unsafe extern "C" fn(*mut c_void, *mut IbvDeviceAttr) -> c_int;
+
+    // SAFETY: dlopen with a constant name; libibverbs' initialisers only
+    // read its configuration.
+    let handle = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: each name is paired with its prototype from verbs.h; the list
+    // is used before it is freed, the context before it is closed, and the
+    // attribute buffer is the size of `struct ibv_device_attr`.
+    let delay = unsafe {
+        (|| {
+            let get_list: GetDeviceList = symbol(handle, c"ibv_get_device_list")?;
+            let free_list: FreeDeviceList = symbol(handle, c"ibv_free_device_list")?;
+            let get_name: GetDeviceName = symbol(handle, c"ibv_get_device_name")?;
+            let open: OpenDevice = symbol(handle, c"ibv_open_device")?;
+            let close: CloseDevice = symbol(handle, c"ibv_close_device")?;
+            let query: QueryDevice = symbol(handle, c"ibv_query_device")?;
+            let mut count: c_int = 0;
+            let list = get_list(&mut count);
+            if list.is_null() {
+                return None;
+            }
+            let devices = std::slice::from_raw_parts(list, usize::try_from(count).unwrap_or(0));
+            let found = devices.iter().copied().find(|&dev| {
+                let dev_name = get_name(dev);
+                !dev_name.is_null()
+                    && std::ffi::CStr::from_ptr(dev_name).to_bytes() == name.as_bytes()
+            });
+            let delay = found.and_then(|dev| {
+                let ctx = open(dev);
+                if ctx.is_null() {
+                    return None;
+                }
+                let mut attr = IbvDeviceAttr([0; 232]);
+                let rc = query(ctx, &mut attr);
+                close(ctx);
+                (rc == 0).then_some(attr.0[IBV_DEVICE_ATTR_LOCAL_CA_ACK_DELAY])
+            });
+            free_list(list);
+            delay
+        })()
+    };
+    // The handle stays open: libibverbs keeps its providers loaded, and an
+    // unload under them gains nothing (a second dlopen only counts up).
+    delay
+}

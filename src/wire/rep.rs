@@ -175,6 +175,50 @@ mod tests {
         assert_eq!(rep.encode(0x0000_0002_bd0b_e127), captured);
     }
 
+    /// interop scenario 09, the kernel's XRC_TGT REP 10.78.0.2 -> 10.78.0.1
+    /// (rdma_cm on RDMA_PS_IB, QPN 0xb7c0, its private data that QPN).
+    const KERNEL_XRC_TGT_REP: &str = "
+        0000: 01 07 02 03 00 00 00 00 00 00 00 0a 45 18 ae 2e
+        0010: 00 13 00 00 00 00 00 00 35 9c 3b d0 2e ae 18 45
+        0020: 00 00 00 00 00 00 00 00 00 b7 c0 00 cb 74 41 00
+        0030: 00 00 78 f0 50 54 00 ff fe 1a 89 e0 00 00 b7 c0
+        0040: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        0050: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        0060: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        0070: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        0080: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        0090: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00a0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00b0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00c0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00d0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00e0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
+        00f0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
+
+    #[test]
+    fn hardening_12_kernel_xrc_tgt_rep_captured_on_softroce_decodes_and_re_encodes() {
+        let captured = mad_from_dump(KERNEL_XRC_TGT_REP);
+        let rep = Rep::decode(&captured).unwrap();
+        let mut private_data = [0; 196];
+        private_data[..4].copy_from_slice(&0xb7c0u32.to_be_bytes());
+        // cm_format_rep for IB_QPT_XRC_TGT: the QPN in the EECN, SRQ set, no
+        // Local QPN, initiator depth or flow control.
+        let expect = Rep {
+            local_comm_id: 0x359c_3bd0,
+            remote_comm_id: 0x2eae_1845,
+            local_eecn: 0xb7c0,
+            starting_psn: 0xcb_7441,
+            target_ack_delay: 15,
+            rnr_retry_count: 7,
+            srq: true,
+            local_ca_guid: 0x5054_00ff_fe1a_89e0,
+            private_data,
+            ..Rep::default()
+        };
+        assert_eq!(rep, expect);
+        assert_eq!(rep.encode(0x0000_000a_4518_ae2e), captured);
+    }
+
     #[test]
     fn vendor_id_is_split_over_the_h_m_l_bytes() {
         let mad = Rep {

@@ -3,6 +3,7 @@
 //! Each test opens its own pair of loop devices (unique names, so tests run in
 //! parallel in one process) and records every event its ids receive.
 
+mod ack_delay;
 mod alt_path;
 mod connect;
 mod counters;
@@ -16,6 +17,7 @@ mod lap;
 mod lifecycle;
 mod sidr;
 mod teardown;
+mod xrc;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
