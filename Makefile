@@ -107,7 +107,7 @@ softroce: c-build
 	softroce/run-in-vm.sh -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce"
 	softroce/run-in-vm.sh --ibcm -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce -R kernel_cm"
 
-# The two-VM interoperability suite (README: Interoperability with the kernel CM).
+# The two-VM interoperability suite (docs/interop.md).
 interop: c-build
 	interop/run.sh
 

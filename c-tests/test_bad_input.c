@@ -1,9 +1,9 @@
 /*
  * Every exported function against bad input: NULL pointers, a destroyed
  * cm_id, a closed device, a pointer that was never a cm_id, oversize lengths,
- * wrong states, out-of-range enums. Each call must give the errno the README
- * documents and change nothing (states and counters are checked after each
- * group). The README's bad-input table is this test in prose.
+ * wrong states, out-of-range enums. Each call must give the errno that
+ * docs/bad-input.md documents and change nothing (states and counters are
+ * checked after each group). docs/bad-input.md is this test in prose.
  */
 #include "common.h"
 

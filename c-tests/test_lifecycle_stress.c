@@ -61,7 +61,7 @@ enum failure {
   F_ILLEGAL,         /* an event sequence the kernel cannot produce */
   F_LATE_EVENT,      /* an event after ib_destroy_cm_id returned */
   F_DEAD_LISTENER,   /* REQ_RECEIVED for a listener already destroyed */
-  F_ERRNO,           /* a call returned an errno not in the README */
+  F_ERRNO,           /* a call returned an errno not in docs/bad-input.md */
   F_FRESH_LISTEN,    /* a free service ID refused to a fresh listener */
   F_CLOSED_DEVICE,   /* an id exists on a device whose close returned 0 */
   F_CLOSE,           /* close of a device without ids failed, or did not with */

@@ -23,7 +23,7 @@
 #
 # Everything runs under QEMU TCG (no KVM here) on one vCPU: absolute numbers
 # are slow, only ratios measured in the same conditions mean anything. What
-# is and is not like-for-like: README.md, "Side by side with the kernel CM".
+# is and is not like-for-like: docs/performance.md, "Side by side with the kernel CM".
 USAGE=2,26 OUT_NAME=side-by-side
 . "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 

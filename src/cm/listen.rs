@@ -140,7 +140,7 @@ pub(super) fn refuse_orphan(child: &Arc<CmIdPriv>) {
 /// destroyed them) before it takes no more requests. The kernel has no such
 /// bound; rdma_cm's ucma has one (`max_backlog`, 1024 by default), and drops
 /// a request beyond it silently, so that the peer's retransmission gets
-/// another chance. So does this; see the README.
+/// another chance. So does this; see docs/kernel-differences.md.
 pub const LISTEN_BACKLOG: usize = 1024;
 
 /// A new id's place in its listener's backlog: held while the id waits for
