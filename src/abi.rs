@@ -38,6 +38,17 @@ pub enum ib_cm_state {
     IB_CM_SIDR_REQ_RCVD = 15,
 }
 
+/// How a device's handlers run (`ibcm_set_event_mode()`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ibcm_event_mode {
+    /// On the library's worker thread, as in the kernel (the default).
+    IBCM_EVENTS_WORKER = 0,
+    /// On the application's thread, in `ibcm_process_events()`; the fd of
+    /// `ibcm_get_event_fd()` is readable while events are pending.
+    IBCM_EVENTS_FD = 1,
+}
+
 /// `enum ib_cm_lap_state`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -766,7 +777,9 @@ pub struct ibcm_stats {
     pub cm_ids: u64,
     /// Armed timers (retransmissions, timewaits).
     pub timers: u64,
-    /// Work queued for the worker thread: received MADs and events.
+    /// Work queued for the worker thread (received MADs and events), and
+    /// events pending for `ibcm_process_events()` on devices in
+    /// `IBCM_EVENTS_FD` mode.
     pub queued: u64,
 }
 

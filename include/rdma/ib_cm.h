@@ -443,6 +443,21 @@ enum ibcm_counter_attr {
 };
 
 /*
+ How a device's handlers run (`ibcm_set_event_mode()`).
+ */
+enum ibcm_event_mode {
+  /*
+   On the library's worker thread, as in the kernel (the default).
+   */
+  IBCM_EVENTS_WORKER = 0,
+  /*
+   On the application's thread, in `ibcm_process_events()`; the fd of
+   `ibcm_get_event_fd()` is readable while events are pending.
+   */
+  IBCM_EVENTS_FD = 1,
+};
+
+/*
  Opaque: the library's device handle, from `ibcm_open_device()`.
  */
 struct ib_device;
@@ -710,7 +725,9 @@ struct ibcm_stats {
    */
   uint64_t timers;
   /*
-   Work queued for the worker thread: received MADs and events.
+   Work queued for the worker thread (received MADs and events), and
+   events pending for `ibcm_process_events()` on devices in
+   `IBCM_EVENTS_FD` mode.
    */
   uint64_t queued;
 };
@@ -966,6 +983,33 @@ int ibcm_loop_set_loss(struct ib_device *device,
  A non-NULL `stats` points to writable memory for a `struct ibcm_stats`.
  */
 int ibcm_get_stats(struct ibcm_stats *stats);
+
+/*
+ Chooses where the handlers of `device`'s cm_ids run: `IBCM_EVENTS_WORKER`
+ (the default: the library's worker thread, as in the kernel) or
+ `IBCM_EVENTS_FD` (the caller's thread, in `ibcm_process_events`, with
+ `ibcm_get_event_fd` readable while events are pending). `-EBUSY` while
+ cm_ids of the device exist; `-EINVAL` for another mode; `-EMFILE`,
+ `-ENFILE` or `-ENOMEM` if the event fd cannot be made.
+ */
+int ibcm_set_event_mode(struct ib_device *device, int mode);
+
+/*
+ The event fd of a device in `IBCM_EVENTS_FD` mode: readable (`POLLIN`,
+ `EPOLLIN`, level-triggered) while events are pending. Owned by the
+ library, closed by `ibcm_close_device`; do not read, write or close it.
+ `-EINVAL` for a device in worker mode.
+ */
+int ibcm_get_event_fd(struct ib_device *device);
+
+/*
+ Runs up to `max` pending handlers of `device` (in `IBCM_EVENTS_FD` mode)
+ on the calling thread; returns how many events it took from the queue
+ (0: none pending), or `-EINVAL` (bad device, worker mode, `max < 1`),
+ `-EDEADLK` when called from inside a handler. Calls from two threads at
+ once take turns.
+ */
+int ibcm_process_events(struct ib_device *device, int max);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -9,6 +9,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::RwLock;
 
 use super::counters::{Counter, PortCounters};
+use super::event_fd::EventQueue;
 use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::worker;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV, EOPNOTSUPP};
@@ -89,6 +90,9 @@ pub struct Device {
     /// ([`worker::RX_QUEUE_CAP`]; tests lower it).
     rx_queued: AtomicUsize,
     rx_queue_cap: AtomicUsize,
+    /// Where handlers of this device's ids run: the worker (the default), or
+    /// the application's thread in `ibcm_process_events` (FD mode).
+    pub events: EventQueue,
 }
 
 /// What a device is made of before its transport opens.
@@ -216,6 +220,7 @@ impl Device {
                 ids: AtomicUsize::new(0),
                 rx_queued: AtomicUsize::new(0),
                 rx_queue_cap: AtomicUsize::new(worker::RX_QUEUE_CAP),
+                events: EventQueue::default(),
             }
         });
         result.map(|()| device)
@@ -336,6 +341,8 @@ impl Device {
     pub fn close(&self) {
         *self.closed.write() = true;
         self.transport.close();
+        // Events of destroyed ids only; dropped after the queue's lock.
+        drop(self.events.close());
     }
 
     /// Whether `close` has begun: received MADs still queued are dropped.

@@ -16,6 +16,7 @@ mod drep;
 mod dreq;
 mod establish;
 pub mod event;
+mod event_fd;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod id;
@@ -51,12 +52,13 @@ pub use rep::{RepParams, send_rep};
 pub use req::{ReqParams, send_req};
 pub use rtu::send_rtu;
 pub use sidr::{SidrRepParams, SidrReqParams, send_sidr_rep, send_sidr_req};
-pub use worker::pending;
+pub use worker::{pending, process_device_events};
 
 use device::Device;
 use id::{CmIdInner, CmIdPriv, Handler};
 use tables::tables;
 
+use crate::abi::ibcm_event_mode;
 use crate::errno::{CmResult, EBUSY, EINVAL};
 
 /// Copies private data (or an ARI) into a zeroed wire field of `N` bytes.
@@ -162,6 +164,23 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     }
     drop(t);
     device.close();
+    Ok(())
+}
+
+/// `ibcm_set_event_mode()`: where `device`'s handlers run from now on.
+/// `-EBUSY` while cm_ids of the device exist (checked under the table lock
+/// ids are created under, so none appears meanwhile): an id's events must
+/// all go one way, or they could run out of order.
+pub fn set_event_mode(device: &Arc<Device>, mode: ibcm_event_mode) -> CmResult {
+    let t = tables();
+    if device.id_count() != 0 {
+        return Err(EBUSY);
+    }
+    let stale = device
+        .events
+        .set_mode(mode == ibcm_event_mode::IBCM_EVENTS_FD)?;
+    drop(t);
+    drop(stale);
     Ok(())
 }
 

@@ -26,7 +26,7 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, listen, recv, send, timewait};
-use crate::errno::{CmResult, Errno};
+use crate::errno::{CmResult, EDEADLK, EINVAL, Errno};
 use crate::ibcm_log;
 use crate::timer::{TimerId, Timers};
 use crate::transport::MadAddr;
@@ -109,19 +109,62 @@ pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
 
 /// Queues `event` for `id`'s handler (`cm_queue_work_unlock`).
 pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
-    push(Work::Deliver {
-        id: id.clone(),
-        event,
-    });
+    push_handler_work(
+        id,
+        Work::Deliver {
+            id: id.clone(),
+            event,
+        },
+    );
 }
 
-/// Queues `check` for `id`: the event it returns on the worker, if any, is
-/// delivered in this work item's place in the queue.
+/// Queues `check` for `id`: the event it returns when its turn comes, if
+/// any, is delivered in this work item's place in the queue.
 pub fn queue_checked(id: &Arc<CmIdPriv>, check: fn(&Arc<CmIdPriv>) -> Option<CmEvent>) {
-    push(Work::Checked {
-        id: id.clone(),
-        check,
-    });
+    push_handler_work(
+        id,
+        Work::Checked {
+            id: id.clone(),
+            check,
+        },
+    );
+}
+
+/// A handler invocation goes to the worker, or to the device's own queue
+/// when the device is in FD mode (`ibcm_process_events` runs it there).
+fn push_handler_work(id: &Arc<CmIdPriv>, work: Work) {
+    if let Err(work) = id.device.events.push(work) {
+        push(work);
+    }
+}
+
+/// `ibcm_process_events()`: runs up to `max` of `device`'s pending handler
+/// invocations on the calling thread, in order, each as the worker would
+/// (`deliver`); returns how many it took from the queue (an event of an id
+/// destroyed meanwhile is taken and skipped).
+///
+/// `-EINVAL` for `max < 1` or a device not in FD mode; `-EDEADLK` from
+/// inside a handler (of any device): this thread runs that handler, and the
+/// device's turn (or the handler's own id) would wait for it. Two threads
+/// calling it at once take turns.
+pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
+    if IN_HANDLER.with(|h| h.get()[0] != 0) {
+        return Err(EDEADLK);
+    }
+    let max = usize::try_from(max).map_err(|_| EINVAL)?;
+    if max == 0 || !device.events.is_fd_mode() {
+        return Err(EINVAL);
+    }
+    let _turn = device.events.run_turn();
+    let mut taken = 0;
+    while taken < max {
+        let Some(work) = device.events.pop() else {
+            break;
+        };
+        taken += 1;
+        run_work(work);
+    }
+    Ok(taken)
 }
 
 /// Arms a timer `after` from now.
@@ -152,7 +195,8 @@ pub fn cancel_timer(timer: TimerId) {
 pub fn pending() -> (usize, usize) {
     let queue = QUEUE.0.lock();
     let taken = TAKEN.load(Ordering::Relaxed);
-    (queue.work.len() + taken, queue.timers.len())
+    let queued = queue.work.len() + taken + super::event_fd::queued();
+    (queued, queue.timers.len())
 }
 
 /// True while the calling thread runs the handler of the id at `addr`, or
@@ -299,21 +343,27 @@ fn run() {
         }
         for work in batch.drain(..) {
             TAKEN.fetch_sub(1, Ordering::Relaxed);
-            match work {
-                Work::Recv {
-                    device,
-                    port,
-                    addr,
-                    mad,
-                } => contain("a received MAD", || handle_recv(&device, port, addr, mad)),
-                Work::Deliver { id, event } => contain("an event", || deliver(&id, &event)),
-                Work::Checked { id, check } => contain("an event", || {
-                    if let Some(event) = check(&id) {
-                        deliver(&id, &event);
-                    }
-                }),
-            }
+            run_work(work);
         }
+    }
+}
+
+/// Runs one work item (on the worker, or a handler invocation in
+/// `ibcm_process_events`); a panic drops it.
+fn run_work(work: Work) {
+    match work {
+        Work::Recv {
+            device,
+            port,
+            addr,
+            mad,
+        } => contain("a received MAD", || handle_recv(&device, port, addr, mad)),
+        Work::Deliver { id, event } => contain("an event", || deliver(&id, &event)),
+        Work::Checked { id, check } => contain("an event", || {
+            if let Some(event) = check(&id) {
+                deliver(&id, &event);
+            }
+        }),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
 use super::{err_ptr, guard, path, ret};
-use crate::abi::{ib_device, ib_gid, ibcm_counters, ibcm_stats, sa_path_rec};
+use crate::abi::{ib_device, ib_gid, ibcm_counters, ibcm_event_mode, ibcm_stats, sa_path_rec};
 use crate::errno::{EINVAL, EIO, EOPNOTSUPP};
 use crate::{cm, errno::CmResult};
 
@@ -175,5 +175,56 @@ pub unsafe extern "C" fn ibcm_get_stats(stats: *mut ibcm_stats) -> c_int {
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { stats.write(s) };
         0
+    })
+}
+
+/// Chooses where the handlers of `device`'s cm_ids run: `IBCM_EVENTS_WORKER`
+/// (the default: the library's worker thread, as in the kernel) or
+/// `IBCM_EVENTS_FD` (the caller's thread, in `ibcm_process_events`, with
+/// `ibcm_get_event_fd` readable while events are pending). `-EBUSY` while
+/// cm_ids of the device exist; `-EINVAL` for another mode; `-EMFILE`,
+/// `-ENFILE` or `-ENOMEM` if the event fd cannot be made.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_set_event_mode(device: *mut ib_device, mode: c_int) -> c_int {
+    with_device(device, |d| {
+        let mode = match mode {
+            0 => ibcm_event_mode::IBCM_EVENTS_WORKER,
+            1 => ibcm_event_mode::IBCM_EVENTS_FD,
+            _ => return Err(EINVAL),
+        };
+        cm::set_event_mode(d, mode)
+    })
+}
+
+/// The event fd of a device in `IBCM_EVENTS_FD` mode: readable (`POLLIN`,
+/// `EPOLLIN`, level-triggered) while events are pending. Owned by the
+/// library, closed by `ibcm_close_device`; do not read, write or close it.
+/// `-EINVAL` for a device in worker mode.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_get_event_fd(device: *mut ib_device) -> c_int {
+    guard(EIO.to_neg(), || {
+        match cm::lookup_device(device as usize).ok_or(EINVAL) {
+            Ok(d) => d.events.fd().unwrap_or_else(|e| e.to_neg()),
+            Err(e) => e.to_neg(),
+        }
+    })
+}
+
+/// Runs up to `max` pending handlers of `device` (in `IBCM_EVENTS_FD` mode)
+/// on the calling thread; returns how many events it took from the queue
+/// (0: none pending), or `-EINVAL` (bad device, worker mode, `max < 1`),
+/// `-EDEADLK` when called from inside a handler. Calls from two threads at
+/// once take turns.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibcm_process_events(device: *mut ib_device, max: c_int) -> c_int {
+    guard(EIO.to_neg(), || {
+        let ran = cm::lookup_device(device as usize)
+            .ok_or(EINVAL)
+            .and_then(|d| cm::process_device_events(&d, max));
+        match ran {
+            // At most `max`, a c_int.
+            Ok(n) => c_int::try_from(n).unwrap_or(c_int::MAX),
+            Err(e) => e.to_neg(),
+        }
     })
 }

@@ -64,6 +64,19 @@ pub fn blocks_all_signals() -> bool {
     }
 }
 
+/// A new eventfd (close-on-exec, non-blocking, counter 0), as a `File` whose
+/// `read`/`write` are eventfd's: `write` of 8 bytes adds to the counter,
+/// `read` of 8 bytes takes it and leaves 0 (`-EAGAIN` at 0).
+pub fn eventfd() -> std::io::Result<std::fs::File> {
+    // SAFETY: eventfd takes no pointers; its result is checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ mod alt_path;
 mod connect;
 mod counters;
 mod disconnect;
+mod event_fd;
 mod fidelity;
 mod hardening;
 mod hardening_device;

@@ -1,0 +1,155 @@
+//! A device's events for the application's own event loop
+//! (`IBCM_EVENTS_FD`): the handler invocations that the worker would make for
+//! the device's ids wait here instead, and `ibcm_process_events()` runs them
+//! on the caller's thread.
+//!
+//! This is a second way to drain the same ordered stream of events, not a
+//! second engine: received MADs, timers and retransmissions stay on the
+//! worker, which queues events here exactly where it would have run them. All
+//! events of one id go to one queue, so they keep their order.
+//!
+//! The eventfd is level-triggered by construction: its counter is non-zero
+//! exactly while the queue is non-empty (both change under one lock), so it
+//! polls readable while events are pending and stops once they have run.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::worker::Work;
+use crate::errno::{CmResult, EINVAL, ENOMEM, Errno};
+
+/// Events waiting in the queues of every FD-mode device (`ibcm_get_stats`'s
+/// `queued` counts them with the worker's).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+pub fn queued() -> usize {
+    QUEUED.load(Ordering::Relaxed)
+}
+
+/// One device's delivery mode and, in FD mode, its pending events.
+#[derive(Default)]
+pub struct EventQueue {
+    state: Mutex<State>,
+    /// Held by the thread running this device's handlers: concurrent
+    /// `ibcm_process_events` calls take turns, so handlers of one id never
+    /// overlap and run in order whichever thread calls.
+    running: Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    fd_mode: bool,
+    work: VecDeque<Work>,
+    /// Made by the first switch to FD mode and kept until the device closes:
+    /// the application may still have it in its epoll set.
+    fd: Option<File>,
+    /// Set by `close`: the fd is gone, nothing is queued any more.
+    closed: bool,
+}
+
+impl EventQueue {
+    /// Switches the mode. The caller made sure no id of the device exists, so
+    /// whatever is still queued belongs to destroyed ids (whose handlers
+    /// would be skipped): returned for the caller to drop once it holds no
+    /// lock.
+    pub fn set_mode(&self, fd_mode: bool) -> CmResult<Vec<Work>> {
+        let mut s = self.state.lock();
+        if s.closed {
+            return Err(EINVAL);
+        }
+        if fd_mode && s.fd.is_none() {
+            let fd =
+                crate::ffi::sys::eventfd().map_err(|e| e.raw_os_error().map_or(ENOMEM, Errno))?;
+            s.fd = Some(fd);
+        }
+        s.fd_mode = fd_mode;
+        Ok(take_all(&mut s))
+    }
+
+    pub fn is_fd_mode(&self) -> bool {
+        self.state.lock().fd_mode
+    }
+
+    /// The eventfd; `-EINVAL` unless the device is in FD mode.
+    pub fn fd(&self) -> CmResult<RawFd> {
+        let s = self.state.lock();
+        match &s.fd {
+            Some(fd) if s.fd_mode => Ok(fd.as_raw_fd()),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Queues a handler invocation in FD mode; gives it back in worker mode.
+    /// On a closed device it is dropped: the device has no ids left.
+    pub fn push(&self, work: Work) -> Result<(), Work> {
+        let mut s = self.state.lock();
+        if !s.fd_mode {
+            let closed = s.closed;
+            drop(s);
+            return if closed { Ok(()) } else { Err(work) };
+        }
+        // Counted before the fd turns readable, uncounted after it stops
+        // being so: whoever sees the fd readable sees the event in stats.
+        QUEUED.fetch_add(1, Ordering::Relaxed);
+        if s.work.is_empty() {
+            signal(&s);
+        }
+        s.work.push_back(work);
+        Ok(())
+    }
+
+    /// The next pending event; the fd stops being readable with the last.
+    pub fn pop(&self) -> Option<Work> {
+        let mut s = self.state.lock();
+        let work = s.work.pop_front()?;
+        if s.work.is_empty() {
+            clear(&s);
+        }
+        QUEUED.fetch_sub(1, Ordering::Relaxed);
+        Some(work)
+    }
+
+    /// Takes this device's turn to run handlers (see `running`).
+    pub fn run_turn(&self) -> MutexGuard<'_, ()> {
+        self.running.lock()
+    }
+
+    /// The device is closing (no id is left): closes the fd and gives back
+    /// what is queued, for the caller to drop once it holds no lock.
+    pub fn close(&self) -> Vec<Work> {
+        let mut s = self.state.lock();
+        s.closed = true;
+        s.fd_mode = false;
+        s.fd = None;
+        take_all(&mut s)
+    }
+}
+
+fn take_all(s: &mut State) -> Vec<Work> {
+    let work: Vec<Work> = s.work.drain(..).collect();
+    clear(s);
+    QUEUED.fetch_sub(work.len(), Ordering::Relaxed);
+    work
+}
+
+/// Makes the fd readable (the queue is about to be non-empty). An eventfd
+/// write fails only when the counter would overflow, which one write per
+/// empty-to-non-empty change never reaches.
+fn signal(s: &State) {
+    if let Some(mut fd) = s.fd.as_ref() {
+        let _ = fd.write(&1u64.to_ne_bytes());
+    }
+}
+
+/// Makes the fd unreadable (the queue is empty). `EAGAIN` when it was not
+/// readable is fine.
+fn clear(s: &State) {
+    if let Some(mut fd) = s.fd.as_ref() {
+        let _ = fd.read(&mut [0u8; 8]);
+    }
+}
