@@ -2,7 +2,6 @@
 //! `cm_sidr_rep_handler`, and their error paths.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::*;
 use crate::abi::ib_cm_sidr_status::*;
@@ -82,10 +81,18 @@ fn cm_process_send_error_sidr_req_sent_gives_sidr_req_error_and_idle() {
 fn cm_sidr_req_handler_drops_a_duplicate_and_destroy_rejects() {
     let pair = Pair::new();
     pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0)); // think about it
-    send_sidr_req(&pair.active, &sidr_params(&pair, SERVICE_ID)).unwrap();
+    // Retries enough that the request is still outstanding when the passive
+    // side is destroyed, however slowly this machine runs the timers.
+    let p = SidrReqParams {
+        timeout_ms: 50,
+        max_cm_retries: 15,
+        ..sidr_params(&pair, SERVICE_ID)
+    };
+    send_sidr_req(&pair.active, &p).unwrap();
     let passive = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
-    std::thread::sleep(Duration::from_millis(50)); // two retransmissions
-    assert!(pair.loop_a().sent(attr::SIDR_REQ) >= 2);
+    wait_until("two retransmissions", || {
+        pair.loop_a().sent(attr::SIDR_REQ) >= 2
+    });
     assert_eq!(pair.rec.count(IB_CM_SIDR_REQ_RECEIVED), 1);
     crate::cm::destroy_id(&passive, 0);
     let got = pair.rec.wait(Some(&pair.active), IB_CM_SIDR_REP_RECEIVED);
