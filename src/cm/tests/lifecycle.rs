@@ -3,6 +3,12 @@
 //!
 //! Each test runs for a short time by default (`SHORT`); `IBCM_STRESS_SECONDS`
 //! makes each run that many seconds (`make soak`).
+//!
+//! They are `#[ignore]`d in the default run and run in a pass of their own
+//! (`make rust-check`, `make tsan`, `make soak`: `-- --ignored
+//! cm::tests::lifecycle`): they keep the one worker thread every engine test
+//! shares busy, and the other tests' short retransmission timers would fire
+//! late beside them.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -87,6 +93,7 @@ fn duel<T: Send + Sync + 'static>(
 /// Point 3: `ib_cm_listen` racing `ib_destroy_cm_id` on the same id must not
 /// leave the service ID taken by the destroyed id.
 #[test]
+#[ignore = "runs alone: make rust-check / make tsan run it with --ignored"]
 fn lifecycle_listen_racing_destroy_leaves_the_service_id_free() {
     let b = open_device(&loop_name()).unwrap();
     let (b1, b2) = (b.clone(), b.clone());
@@ -129,6 +136,7 @@ fn lifecycle_listen_racing_destroy_leaves_the_service_id_free() {
 /// Point 3: `ib_send_cm_req` racing `ib_destroy_cm_id` on the same id must
 /// not leave a REQ in flight from a destroyed id.
 #[test]
+#[ignore = "runs alone: make rust-check / make tsan run it with --ignored"]
 fn lifecycle_send_req_racing_destroy_sends_nothing_after_destroy() {
     let pair = Pair::new();
     // The passive side leaves REQs unanswered: no connection is made.
@@ -160,6 +168,7 @@ fn lifecycle_send_req_racing_destroy_sends_nothing_after_destroy() {
 /// listener's handler (in C: with its freed context). Destroy must wait for
 /// a REQ handler that runs, and a child whose listener is gone gets no event.
 #[test]
+#[ignore = "runs alone: make rust-check / make tsan run it with --ignored"]
 fn lifecycle_req_received_never_reaches_a_destroyed_listener() {
     let a = open_device(&loop_name()).unwrap();
     let b = open_device(&loop_name()).unwrap();
@@ -236,6 +245,7 @@ struct Opened {
 /// Point 2: `ib_create_cm_id` racing `ibcm_close_device`: when close returns
 /// 0, no id exists on the device (a create that overlapped it failed).
 #[test]
+#[ignore = "runs alone: make rust-check / make tsan run it with --ignored"]
 fn lifecycle_create_racing_close_device_leaves_no_id_on_a_closed_device() {
     let name = loop_name();
     let open = |name: &str| {
@@ -308,6 +318,7 @@ fn lifecycle_create_racing_close_device_leaves_no_id_on_a_closed_device() {
 /// claims it). At the end every id is gone and both devices close; TSan
 /// watches the locking.
 #[test]
+#[ignore = "runs alone: make rust-check / make tsan run it with --ignored"]
 fn lifecycle_churn_on_shared_ids_ends_with_nothing_left() {
     const SLOTS: usize = 32;
     let a = open_device(&loop_name()).unwrap();
