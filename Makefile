@@ -127,7 +127,7 @@ TSAN_TEST = RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" TSA
 	cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu --target-dir target/tsan --lib
 tsan:
 	@if rustup +nightly component add rust-src >/dev/null 2>&1; then \
-	  $(TSAN_TEST) -- cm::tests && \
+	  $(TSAN_TEST) -- cm::tests --test-threads=1 && \
 	  $(TSAN_TEST) -- --ignored cm::tests::lifecycle; \
 	else echo "tsan: no nightly toolchain with rust-src here, skipped"; fi
 
@@ -153,10 +153,13 @@ fuzz:
 	  bash fuzz/run.sh $(FUZZ_SECONDS); \
 	else echo "fuzz: no nightly toolchain here, skipped"; fi
 
+# The engine tests share one worker thread and some count retransmissions of
+# 16-20 ms timers: one test at a time, so that no test's handler or flood
+# delays another's timers (8 s instead of 5 s).
 rust-check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
-	$(CARGO) test --locked
+	$(CARGO) test --locked -- --test-threads=1
 	$(CARGO) test --locked --lib -- --ignored cm::tests::lifecycle
 
 run: deps c-build
