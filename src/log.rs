@@ -50,8 +50,57 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
 }
 
 fn write_line(out: &mut impl Write, tag: &str, args: std::fmt::Arguments<'_>) {
-    let line = format!("ib_cm: {tag}: {args}\n");
-    let _ = out.write_all(line.as_bytes());
+    let mut line = LineBuf::new();
+    // A `LineBuf` never fails a write: it truncates.
+    let _ = std::fmt::write(&mut line, format_args!("ib_cm: {tag}: {args}"));
+    let _ = out.write_all(line.finish());
+}
+
+/// The longest line written; longer ones are cut, ending in `...`.
+const MAX_LINE: usize = 512;
+
+/// A line formatted on the stack: logging happens under id locks, where
+/// allocating is best avoided.
+struct LineBuf {
+    buf: [u8; MAX_LINE],
+    len: usize,
+    truncated: bool,
+}
+
+impl LineBuf {
+    fn new() -> Self {
+        Self {
+            buf: [0; MAX_LINE],
+            len: 0,
+            truncated: false,
+        }
+    }
+
+    /// The line with its newline (and `...` before it if it was cut).
+    fn finish(&mut self) -> &[u8] {
+        const CUT: &[u8] = b"...\n";
+        if self.truncated {
+            self.len = self.len.min(MAX_LINE - CUT.len());
+            self.buf[self.len..self.len + CUT.len()].copy_from_slice(CUT);
+            self.len += CUT.len();
+        } else {
+            // `write_str` keeps one byte free for this.
+            self.buf[self.len] = b'\n';
+            self.len += 1;
+        }
+        &self.buf[..self.len]
+    }
+}
+
+impl std::fmt::Write for LineBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = MAX_LINE - 1 - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        self.truncated |= n < s.len();
+        Ok(())
+    }
 }
 
 /// `ibcm_log!(Warn, "…", args)`.
@@ -86,5 +135,21 @@ mod tests {
         let mut out = Vec::new();
         write_line(&mut out, "warning", format_args!("kept {}", 2));
         assert_eq!(out, b"ib_cm: warning: kept 2\n");
+    }
+
+    #[test]
+    fn a_long_line_is_cut_and_still_ends_the_line() {
+        let mut out = Vec::new();
+        let long = "x".repeat(2 * MAX_LINE);
+        write_line(&mut out, "info", format_args!("{long}"));
+        assert_eq!(out.len(), MAX_LINE);
+        assert!(out.starts_with(b"ib_cm: info: xxx"));
+        assert!(out.ends_with(b"xxx...\n"));
+
+        let mut out = Vec::new();
+        let fits = "y".repeat(MAX_LINE - "ib_cm: info: ".len() - 1);
+        write_line(&mut out, "info", format_args!("{fits}"));
+        assert_eq!(out.len(), MAX_LINE);
+        assert!(out.ends_with(b"yyy\n"));
     }
 }

@@ -33,6 +33,7 @@ mod send;
 mod sidr;
 mod tables;
 mod timewait;
+mod trace;
 mod worker;
 
 use std::sync::Arc;
