@@ -106,7 +106,13 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>
     let header = match parse_header(&mad[..]) {
         Ok((header, _)) => header,
         Err(e) => {
-            trace::dropped(&device.name, port, &addr, &mad[..], &e);
+            trace::dropped(
+                &device.name,
+                port,
+                &addr,
+                &mad[..],
+                &format_args!("malformed: {e}"),
+            );
             malformed(device, port);
             return;
         }
