@@ -106,8 +106,8 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         {
             let attr_id = super::device::mad_attr_id(&msg.mad);
             id.device.count(av.port_num, Counter::TxRetries, attr_id);
-            let (mad, left) = (msg.mad.clone(), msg.retries_left);
-            trace::retry(&l, &mad, left);
+            let left = msg.retries_left;
+            trace::retry(&l, attr_id, left);
             let timer = arm_retransmit(&l, timeout_ms);
             if let Some(msg) = l.inner.msg.as_mut() {
                 msg.timer = timer;

@@ -76,12 +76,12 @@ pub fn event(id: &CmIdPriv, event: &CmEvent) {
 }
 
 /// The tracked MAD is sent again (`timeout_sends`).
-pub fn retry(l: &Locked, mad: &Mad, retries_left: u8) {
+pub fn retry(l: &Locked, attr_id: u16, retries_left: u8) {
     ibcm_log!(
         Info,
         "{} retry {} ({retries_left} left)",
         IdOnPort(l),
-        attr::name(attr_id(mad))
+        attr::name(attr_id)
     );
 }
 
