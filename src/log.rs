@@ -34,7 +34,7 @@ pub fn max_level() -> Level {
 }
 
 pub fn enabled(level: Level) -> bool {
-    level <= max_level()
+    level <= max_level() || capture::active()
 }
 
 /// Writes one line, `ib_cm: <level>: <message>`, in one `write(2)` so lines
@@ -46,12 +46,158 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
         Level::Info => "info",
         Level::Debug => "debug",
     };
-    write_line(&mut std::io::stderr(), tag, args);
+    let mut line = LineBuf::new();
+    format_line(&mut line, tag, args);
+    let line = line.finish();
+    if level <= max_level() {
+        let _ = std::io::stderr().write_all(line);
+    }
+    if capture::active() {
+        capture::offer(line);
+    }
 }
 
+/// `write` to any writer (for the tests of a failing one).
+#[cfg(test)]
 fn write_line(out: &mut impl Write, tag: &str, args: std::fmt::Arguments<'_>) {
-    let line = format!("ib_cm: {tag}: {args}\n");
-    let _ = out.write_all(line.as_bytes());
+    let mut line = LineBuf::new();
+    format_line(&mut line, tag, args);
+    let _ = out.write_all(line.finish());
+}
+
+fn format_line(line: &mut LineBuf, tag: &str, args: std::fmt::Arguments<'_>) {
+    // A `LineBuf` never fails a write: it truncates.
+    let _ = std::fmt::write(line, format_args!("ib_cm: {tag}: {args}"));
+}
+
+/// The longest line written; longer ones are cut, ending in `...`.
+const MAX_LINE: usize = 512;
+
+/// A line formatted on the stack: logging happens under id locks, where
+/// allocating is best avoided.
+struct LineBuf {
+    buf: [u8; MAX_LINE],
+    len: usize,
+    truncated: bool,
+}
+
+impl LineBuf {
+    fn new() -> Self {
+        Self {
+            buf: [0; MAX_LINE],
+            len: 0,
+            truncated: false,
+        }
+    }
+
+    /// The line with its newline (and `...` before it if it was cut).
+    fn finish(&mut self) -> &[u8] {
+        const CUT: &[u8] = b"...\n";
+        if self.truncated {
+            self.len = self.len.min(MAX_LINE - CUT.len());
+            self.buf[self.len..self.len + CUT.len()].copy_from_slice(CUT);
+            self.len += CUT.len();
+        } else {
+            // `write_str` keeps one byte free for this.
+            self.buf[self.len] = b'\n';
+            self.len += 1;
+        }
+        &self.buf[..self.len]
+    }
+}
+
+impl std::fmt::Write for LineBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = MAX_LINE - 1 - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        self.truncated |= n < s.len();
+        Ok(())
+    }
+}
+
+/// Unit tests see every line, at every level, of the devices they name,
+/// while their [`capture::Capture`] lives. Nothing of this is compiled into
+/// the library.
+#[cfg(test)]
+pub mod capture {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use parking_lot::Mutex;
+
+    static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+    /// The devices captured, and their lines. Only those: the engine's tests
+    /// run in parallel on one worker thread, which must not wait on a long
+    /// list being searched.
+    static STATE: Mutex<(Vec<String>, Vec<String>)> = Mutex::new((Vec::new(), Vec::new()));
+
+    pub fn active() -> bool {
+        ACTIVE.load(Ordering::Relaxed) > 0
+    }
+
+    /// Keeps `line` if it is about a captured device (`loop3:1`, `loop3 event`,
+    /// `on loop3`).
+    pub(super) fn offer(line: &[u8]) {
+        let line = String::from_utf8_lossy(line);
+        let mut state = STATE.lock();
+        let (devices, lines) = &mut *state;
+        let of = |d: &String| {
+            let name = d.as_str();
+            line.contains(&format!(" {name}:"))
+                || line.contains(&format!(" {name} "))
+                || line.ends_with(&format!(" {name}\n"))
+        };
+        if devices.iter().any(of) {
+            lines.push(line.into_owned());
+        }
+    }
+
+    /// Captures the lines of some devices until dropped.
+    pub struct Capture(Vec<String>);
+
+    impl Capture {
+        pub fn of(devices: &[&str]) -> Self {
+            let devices: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+            STATE.lock().0.extend(devices.iter().cloned());
+            ACTIVE.fetch_add(1, Ordering::Relaxed);
+            Self(devices)
+        }
+
+        /// The lines captured so far that hold all of `parts`.
+        pub fn lines_with(&self, parts: &[&str]) -> Vec<String> {
+            let state = STATE.lock();
+            let all = |l: &&String| parts.iter().all(|p| l.contains(p));
+            state.1.iter().filter(all).cloned().collect()
+        }
+    }
+
+    impl Drop for Capture {
+        fn drop(&mut self) {
+            ACTIVE.fetch_sub(1, Ordering::Relaxed);
+            let mut state = STATE.lock();
+            let (devices, lines) = &mut *state;
+            for d in &self.0 {
+                if let Some(i) = devices.iter().position(|x| x == d) {
+                    devices.swap_remove(i);
+                }
+            }
+            if devices.is_empty() {
+                lines.clear();
+            }
+        }
+    }
+}
+
+#[cfg(not(test))]
+mod capture {
+    /// Always false outside unit tests: the check compiles away.
+    #[inline(always)]
+    pub fn active() -> bool {
+        false
+    }
+
+    pub(super) fn offer(_: &[u8]) {}
 }
 
 /// `ibcm_log!(Warn, "…", args)`.
@@ -86,5 +232,21 @@ mod tests {
         let mut out = Vec::new();
         write_line(&mut out, "warning", format_args!("kept {}", 2));
         assert_eq!(out, b"ib_cm: warning: kept 2\n");
+    }
+
+    #[test]
+    fn a_long_line_is_cut_and_still_ends_the_line() {
+        let mut out = Vec::new();
+        let long = "x".repeat(2 * MAX_LINE);
+        write_line(&mut out, "info", format_args!("{long}"));
+        assert_eq!(out.len(), MAX_LINE);
+        assert!(out.starts_with(b"ib_cm: info: xxx"));
+        assert!(out.ends_with(b"xxx...\n"));
+
+        let mut out = Vec::new();
+        let fits = "y".repeat(MAX_LINE - "ib_cm: info: ".len() - 1);
+        write_line(&mut out, "info", format_args!("{fits}"));
+        assert_eq!(out.len(), MAX_LINE);
+        assert!(out.ends_with(b"yyy\n"));
     }
 }

@@ -37,7 +37,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
             IB_CM_LISTEN => stop_listening(&mut l),
             IB_CM_SIDR_REQ_SENT => {
                 cancel_msg(&mut l);
-                l.set_state(IB_CM_IDLE);
+                l.set_state(IB_CM_IDLE, "destroyed");
             }
             IB_CM_SIDR_REQ_RCVD => reject_sidr_req_locked(&mut l),
             IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
@@ -48,7 +48,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
             IB_CM_REQ_RCVD if err == -libc::ENOMEM => {
                 // Silently: the peer's REQ retry gets another chance.
                 remove_remote(&mut l);
-                l.set_state(IB_CM_IDLE);
+                l.set_state(IB_CM_IDLE, "destroyed");
             }
             IB_CM_REQ_RCVD | IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD | IB_CM_MRA_REQ_SENT
             | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => {
@@ -57,20 +57,20 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
                 let _ = send_rej_locked(&mut l, reason, &[], &[]);
             }
             IB_CM_ESTABLISHED if l.inner.qp_type == IB_QPT_XRC_TGT as i32 => {
-                l.set_state(IB_CM_IDLE);
+                l.set_state(IB_CM_IDLE, "destroyed");
             }
             IB_CM_ESTABLISHED => {
                 issue_dreq(&l);
-                enter_timewait(&mut l);
+                enter_timewait(&mut l, "destroyed");
             }
             IB_CM_DREQ_SENT => {
                 cancel_msg(&mut l);
-                enter_timewait(&mut l);
+                enter_timewait(&mut l, "destroyed");
             }
             IB_CM_DREQ_RCVD => {
                 let _ = send_drep_locked(&mut l, &[]);
             }
-            IB_CM_TIMEWAIT => l.set_state(IB_CM_IDLE),
+            IB_CM_TIMEWAIT => l.set_state(IB_CM_IDLE, "destroyed"),
             IB_CM_IDLE => break,
         }
     }
@@ -119,5 +119,5 @@ fn begin_destroy(id: &Arc<CmIdPriv>) -> bool {
 fn stop_listening(l: &mut Locked) {
     let key = (Arc::as_ptr(&l.id.device) as usize, l.inner.service_id);
     tables().listen.remove(&key);
-    l.set_state(IB_CM_IDLE);
+    l.set_state(IB_CM_IDLE, "destroyed");
 }

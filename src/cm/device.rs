@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 use super::counters::{Counter, PortCounters};
 use super::event_fd::EventQueue;
 use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
+use super::trace::{self, Dir};
 use super::worker;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV, EOPNOTSUPP};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
@@ -266,6 +267,7 @@ impl Device {
         }
         send(&*self.transport)?;
         drop(closed);
+        trace::mad(Dir::Send, &self.name, port_num, addr, mad);
         self.count(port_num, Counter::TxMsgs, mad_attr_id(mad));
         Ok(())
     }

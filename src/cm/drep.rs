@@ -29,7 +29,7 @@ pub fn send_drep_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
         return Err(EINVAL);
     }
     l.inner.private_data = private_data.into();
-    enter_timewait(l);
+    enter_timewait(l, "DREP sent");
     let drep = Drep {
         local_comm_id: l.inner.local_id,
         remote_comm_id: l.inner.remote_id,
@@ -70,7 +70,7 @@ pub fn drep_handler(work: Received) {
         work.unmatched();
         return;
     }
-    enter_timewait(&mut l);
+    enter_timewait(&mut l, "DREP received");
     cancel_msg(&mut l);
     drop(l);
     queue_event(

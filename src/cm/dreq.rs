@@ -50,10 +50,10 @@ pub fn send_dreq_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
     if let Err(e) = send_tracked(l, mad, IB_CM_DREQ_SENT) {
         // The kernel's contract: a DREQ that cannot be sent still ends the
         // connection.
-        enter_timewait(l);
+        enter_timewait(l, "DREQ not sent");
         return Err(e);
     }
-    l.set_state(IB_CM_DREQ_SENT);
+    l.set_state(IB_CM_DREQ_SENT, "DREQ sent");
     Ok(())
 }
 
@@ -86,7 +86,7 @@ pub fn dreq_handler(work: Received) {
     };
     let mut l = id.lock();
     if l.inner.local_qpn != dreq.remote_qpn {
-        work.unmatched(); // not for our QP: dropped (silently in the kernel)
+        work.wrong_qpn(); // not for our QP: dropped (silently in the kernel)
         return;
     }
     match l.state() {
@@ -112,7 +112,7 @@ pub fn dreq_handler(work: Received) {
             return;
         }
     }
-    l.set_state(IB_CM_DREQ_RCVD);
+    l.set_state(IB_CM_DREQ_RCVD, "DREQ received");
     l.inner.tid = work.tid;
     drop(l);
     queue_event(

@@ -29,7 +29,7 @@ pub fn notify(id: &Arc<CmIdPriv>, event: i32) -> CmResult {
 fn establish(id: &Arc<CmIdPriv>) -> CmResult {
     let mut l = id.lock_live()?;
     match l.state() {
-        IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => l.set_state(IB_CM_ESTABLISHED),
+        IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => l.set_state(IB_CM_ESTABLISHED, "user established"),
         IB_CM_ESTABLISHED => return Err(EISCONN),
         _ => return Err(EINVAL),
     }

@@ -228,8 +228,14 @@ impl Locked<'_> {
         self.id.state()
     }
 
-    pub fn set_state(&mut self, state: ib_cm_state) {
+    /// Moves the id to `state`; `why` (what happened: "REQ sent", "DREP
+    /// received", "destroyed") is for the log line of the change.
+    pub fn set_state(&mut self, state: ib_cm_state, why: &'static str) {
+        let old = self.state();
         self.id.public.state.store(state as i32, Ordering::Release);
+        if old != state {
+            super::trace::state_change(self, old, state, why);
+        }
         if !waits_for_answer(state) {
             // Answered (or rejected, or destroyed): room for another request.
             self.inner.backlog_slot = None;

@@ -52,7 +52,7 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
     drop(t);
     l.set_service_id(service_id);
     l.inner.listen_sharecount = 1;
-    l.set_state(IB_CM_LISTEN);
+    l.set_state(IB_CM_LISTEN, "listen");
     Ok(())
 }
 
@@ -96,7 +96,7 @@ pub fn insert_listen(
         drop(t);
         l.set_service_id(service_id);
         l.inner.listen_sharecount = 1;
-        l.set_state(IB_CM_LISTEN);
+        l.set_state(IB_CM_LISTEN, "listen");
         drop(l);
         return Ok(id);
     }

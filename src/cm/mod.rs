@@ -34,6 +34,7 @@ mod send;
 mod sidr;
 mod tables;
 mod timewait;
+mod trace;
 mod worker;
 
 use std::sync::Arc;

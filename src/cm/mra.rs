@@ -63,7 +63,7 @@ fn mra_sent_from(l: &Locked) -> CmResult<MraSent> {
 /// The id enters its MRA state and keeps what a duplicate's MRA re-sends.
 fn enter_mra_sent(l: &mut Locked, to: MraSent, service_timeout: u8, private_data: &[u8]) {
     match to {
-        MraSent::State(state, _) => l.set_state(state),
+        MraSent::State(state, _) => l.set_state(state, "MRA sent"),
         MraSent::Lap => l.set_lap_state(IB_CM_MRA_LAP_SENT),
     }
     l.inner.mra_service_timeout = service_timeout;
@@ -202,7 +202,7 @@ pub fn mra_handler(work: Received) {
             work.unmatched();
             return;
         }
-        l.set_state(next);
+        l.set_state(next, "MRA received");
     }
     drop(l);
     queue_event(

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::counters::Counter;
 use super::device::Device;
+use super::trace::{self, Dir};
 use super::{apr, drep, dreq, lap, mra, rej, rep, req, rtu, sidr};
 use crate::transport::MadAddr;
 use crate::wire::{Mad, attr, parse_header};
@@ -40,12 +41,25 @@ impl Received {
 
     /// Counts this MAD as a duplicate (`cm_rx_duplicates`).
     pub fn duplicate(&self, attr_id: u16) {
+        self.log_drop(&"duplicate");
         self.device.count(self.port, Counter::RxDuplicates, attr_id);
     }
 
     /// Counts this MAD as dropped: no connection wants it (the kernel drops
     /// these silently).
     pub fn unmatched(&self) {
+        self.log_drop(&"unmatched");
+        self.count_unmatched();
+    }
+
+    /// Counts this MAD as dropped (unmatched): it names a connection, but
+    /// not this side's QP.
+    pub fn wrong_qpn(&self) {
+        self.log_drop(&"wrong QPN");
+        self.count_unmatched();
+    }
+
+    fn count_unmatched(&self) {
         if let Ok(c) = self.device.counters(self.port) {
             c.rx_unmatched.fetch_add(1, Ordering::Relaxed);
         }
@@ -53,6 +67,7 @@ impl Received {
 
     /// Counts this request as dropped: its listener's backlog is full.
     pub fn listen_overflow(&self) {
+        self.log_drop(&"listen backlog full");
         if let Ok(c) = self.device.counters(self.port) {
             c.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
         }
@@ -60,7 +75,18 @@ impl Received {
 
     /// Counts this MAD as dropped: malformed.
     pub fn malformed(&self) {
+        self.log_drop(&"malformed");
         malformed(&self.device, self.port);
+    }
+
+    fn log_drop(&self, reason: &dyn std::fmt::Display) {
+        trace::dropped(
+            &self.device.name,
+            self.port,
+            &self.addr,
+            &self.mad[..],
+            reason,
+        );
     }
 }
 
@@ -76,9 +102,20 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>
     if crate::pcap::enabled() {
         crate::pcap::record(&addr.dgid, &device.source_gid(port, addr.sgid_index), &mad);
     }
-    let Ok((header, _)) = parse_header(&mad[..]) else {
-        malformed(device, port);
-        return;
+    trace::mad(Dir::Recv, &device.name, port, &addr, &mad[..]);
+    let header = match parse_header(&mad[..]) {
+        Ok((header, _)) => header,
+        Err(e) => {
+            trace::dropped(
+                &device.name,
+                port,
+                &addr,
+                &mad[..],
+                &format_args!("malformed: {e}"),
+            );
+            malformed(device, port);
+            return;
+        }
     };
     device.count(port, Counter::RxMsgs, header.attr_id);
     let work = Received {

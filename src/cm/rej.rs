@@ -45,8 +45,8 @@ pub fn send_rej_locked(l: &mut Locked, reason: u16, ari: &[u8], pd: &[u8]) -> Cm
     let state = l.state();
     match state {
         IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD | IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT
-        | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => reset_to_idle(l),
-        IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => enter_timewait(l),
+        | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => reset_to_idle(l, "REJ sent"),
+        IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => enter_timewait(l, "REJ sent"),
         _ => return Err(EINVAL),
     }
     cancel_msg(l);
@@ -107,19 +107,19 @@ pub fn rej_handler(work: Received) {
         | IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT => {
             cancel_msg(&mut l);
             if stale {
-                enter_timewait(&mut l);
+                enter_timewait(&mut l, "stale REJ received");
             } else {
-                reset_to_idle(&mut l);
+                reset_to_idle(&mut l, "REJ received");
             }
         }
         IB_CM_DREQ_SENT | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => {
             cancel_msg(&mut l);
-            enter_timewait(&mut l);
+            enter_timewait(&mut l, "REJ received");
         }
         IB_CM_ESTABLISHED if matches!(l.lap_state(), x if x == IB_CM_LAP_UNINIT as i32 || x == IB_CM_LAP_SENT as i32) =>
         {
             cancel_msg(&mut l);
-            enter_timewait(&mut l);
+            enter_timewait(&mut l, "REJ received");
         }
         _ => {
             work.unmatched();

@@ -63,7 +63,7 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
     };
     let mad = rep.encode(l.inner.tid);
     send_tracked(&mut l, mad, IB_CM_REP_SENT)?;
-    l.set_state(IB_CM_REP_SENT);
+    l.set_state(IB_CM_REP_SENT, "REP sent");
     l.inner.initiator_depth = p.initiator_depth;
     l.inner.responder_resources = p.responder_resources;
     l.inner.rq_psn = rep.starting_psn;
@@ -173,8 +173,8 @@ pub fn rep_handler(work: Received) {
         t.remote_qpn.insert((remote_qpn, guid), Arc::downgrade(&id));
         l.inner.remote_qpn_linked = true;
     }
-    l.set_state(IB_CM_REP_RCVD);
     l.set_remote_id(rep.local_comm_id);
+    l.set_state(IB_CM_REP_RCVD, "REP received");
     l.inner.initiator_depth = rep.responder_resources;
     l.inner.responder_resources = rep.initiator_depth;
     l.inner.sq_psn = rep.starting_psn;

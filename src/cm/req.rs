@@ -194,7 +194,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     // it IDLE and able to send a REQ again.
     send_tracked(&mut l, req.encode(tid), IB_CM_REQ_SENT)?;
     l.inner.has_timewait_info = true;
-    l.set_state(IB_CM_REQ_SENT);
+    l.set_state(IB_CM_REQ_SENT, "REQ sent");
     Ok(())
 }
 
@@ -322,7 +322,6 @@ pub fn req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
-    l.set_state(IB_CM_REQ_RCVD);
     l.inner.backlog_slot = Some(slot);
     l.set_service_id(req.service_id);
     l.set_remote_id(req.local_comm_id);
@@ -346,6 +345,8 @@ pub fn req_handler(work: Received) {
         timeout: primary_path.packet_life_time.saturating_add(1).min(31),
         rate: primary_path.rate,
     };
+    // Once the id knows its peer and port (for the log line).
+    l.set_state(IB_CM_REQ_RCVD, "REQ received");
     if !primary_gid_is_ours(&work, &primary_path) {
         reject_invalid_gid(&work, &mut l);
         drop(l);

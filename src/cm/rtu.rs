@@ -32,7 +32,7 @@ pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
         private_data: pd_array(private_data),
     };
     send_untracked(&l, &rtu.encode(l.inner.tid))?;
-    l.set_state(IB_CM_ESTABLISHED);
+    l.set_state(IB_CM_ESTABLISHED, "RTU sent");
     l.inner.private_data = private_data.into();
     Ok(())
 }
@@ -52,7 +52,7 @@ pub fn rtu_handler(work: Received) {
         work.duplicate(attr::RTU);
         return;
     }
-    l.set_state(IB_CM_ESTABLISHED);
+    l.set_state(IB_CM_ESTABLISHED, "RTU received");
     cancel_msg(&mut l);
     drop(l);
     queue_event(

@@ -9,6 +9,7 @@ use super::counters::Counter;
 use super::event::{CmEvent, EventParam};
 use super::id::{Av, CmIdPriv, Locked, TrackedMsg};
 use super::timewait::{enter_timewait, reset_to_idle};
+use super::trace;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::*;
 use crate::abi::ib_cm_state::{self, *};
@@ -105,6 +106,8 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         {
             let attr_id = super::device::mad_attr_id(&msg.mad);
             id.device.count(av.port_num, Counter::TxRetries, attr_id);
+            let left = msg.retries_left;
+            trace::retry(&l, attr_id, left);
             let timer = arm_retransmit(&l, timeout_ms);
             if let Some(msg) = l.inner.msg.as_mut() {
                 msg.timer = timer;
@@ -112,22 +115,24 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
             return;
         }
     }
-    l.inner.msg = None;
+    if let Some(msg) = l.inner.msg.take() {
+        trace::timeout(&l, &msg.mad);
+    }
     let event = match state {
         IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
-            reset_to_idle(&mut l);
+            reset_to_idle(&mut l, "REQ timed out");
             IB_CM_REQ_ERROR
         }
         IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => {
-            reset_to_idle(&mut l);
+            reset_to_idle(&mut l, "REP timed out");
             IB_CM_REP_ERROR
         }
         IB_CM_DREQ_SENT => {
-            enter_timewait(&mut l);
+            enter_timewait(&mut l, "DREQ timed out");
             IB_CM_DREQ_ERROR
         }
         IB_CM_SIDR_REQ_SENT => {
-            l.set_state(IB_CM_IDLE);
+            l.set_state(IB_CM_IDLE, "SIDR_REQ timed out");
             IB_CM_SIDR_REQ_ERROR
         }
         _ => return,

@@ -65,7 +65,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
     };
     let mad = req.encode(form_tid(id.device.hi_tid, l.inner.local_id));
     send_tracked(&mut l, mad, IB_CM_SIDR_REQ_SENT)?;
-    l.set_state(IB_CM_SIDR_REQ_SENT);
+    l.set_state(IB_CM_SIDR_REQ_SENT, "SIDR_REQ sent");
     Ok(())
 }
 
@@ -97,7 +97,7 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
 /// The request is answered (or its id destroyed): IDLE, and out of the
 /// table of requests in progress (`cm.remote_sidr_table`).
 fn forget_sidr_request(l: &mut Locked) {
-    l.set_state(IB_CM_IDLE);
+    l.set_state(IB_CM_IDLE, "SIDR_REP sent");
     if l.inner.remote_id_linked {
         let key = sidr_key(l.inner.remote_id, &l.inner.av);
         tables().remote_sidr.remove(&key);
@@ -183,7 +183,7 @@ pub fn sidr_req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
-    l.set_state(IB_CM_SIDR_REQ_RCVD);
+    l.set_state(IB_CM_SIDR_REQ_RCVD, "SIDR_REQ received");
     l.inner.backlog_slot = Some(slot);
     l.set_remote_id(req.request_id);
     l.set_service_id(req.service_id);
@@ -226,7 +226,7 @@ pub fn sidr_rep_handler(work: Received) {
         work.unmatched();
         return;
     }
-    l.set_state(IB_CM_IDLE);
+    l.set_state(IB_CM_IDLE, "SIDR_REP received");
     cancel_msg(&mut l);
     drop(l);
     let info_start = CM_SIDR_REP_ADDITIONAL_INFORMATION.mad_range().start;

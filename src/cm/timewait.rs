@@ -29,10 +29,10 @@ pub fn remove_remote(l: &mut Locked) {
 /// `cm_enter_timewait()`: state TIMEWAIT, and `IB_CM_TIMEWAIT_EXIT` after
 /// `convert_to_ms(av.timeout)` unless the id is destroyed or leaves timewait
 /// first.
-pub fn enter_timewait(l: &mut Locked) {
+pub fn enter_timewait(l: &mut Locked, why: &'static str) {
     remove_remote(l);
     l.inner.has_timewait_info = false;
-    l.set_state(IB_CM_TIMEWAIT);
+    l.set_state(IB_CM_TIMEWAIT, why);
     if let Some(timer) = l.inner.timewait_timer.take() {
         cancel_timer(timer);
     }
@@ -42,8 +42,8 @@ pub fn enter_timewait(l: &mut Locked) {
 }
 
 /// `cm_reset_to_idle()`.
-pub fn reset_to_idle(l: &mut Locked) {
-    l.set_state(IB_CM_IDLE);
+pub fn reset_to_idle(l: &mut Locked, why: &'static str) {
+    l.set_state(IB_CM_IDLE, why);
     if std::mem::take(&mut l.inner.has_timewait_info) {
         remove_remote(l);
     }
@@ -57,7 +57,7 @@ pub fn timewait_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         return;
     }
     l.inner.timewait_timer = None;
-    l.set_state(IB_CM_IDLE);
+    l.set_state(IB_CM_IDLE, "timewait over");
     drop(l);
     queue_event(id, CmEvent::bare(IB_CM_TIMEWAIT_EXIT));
 }

@@ -96,6 +96,7 @@ pub const RX_QUEUE_CAP: usize = 65_536;
 /// Queues a received MAD, unless its device has [`RX_QUEUE_CAP`] queued.
 pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     if !device.reserve_rx_slot() {
+        super::trace::dropped(&device.name, port, &addr, &mad[..], &"receive queue full");
         device.count_rx_dropped(port);
         return;
     }
@@ -416,6 +417,7 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
         if id.is_destroyed() {
             return;
         }
+        super::trace::event(id, event);
         IN_HANDLER.with(|h| h.set([id.addr(), listener.map_or(0, |l| l.addr())]));
         let ret = (id.handler)(id, event);
         IN_HANDLER.with(|h| h.set([0; 2]));

@@ -16,6 +16,7 @@ mod hardening_worker;
 mod hostile;
 mod lap;
 mod lifecycle;
+mod logging;
 mod sidr;
 mod teardown;
 mod xrc;
