@@ -96,6 +96,8 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
+        let attr_id = super::device::mad_attr_id(&msg.mad);
+        id.device.count(av.port_num, Counter::TxRetries, attr_id);
         // `timeout_sends()`: a retry that cannot be posted completes the MAD
         // at once, as if it had run out of retries.
         if id
@@ -103,14 +105,16 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
             .send_shared(av.port_num, &av.addr, &msg.mad)
             .is_ok()
         {
-            let attr_id = super::device::mad_attr_id(&msg.mad);
-            id.device.count(av.port_num, Counter::TxRetries, attr_id);
             let timer = arm_retransmit(&l, timeout_ms);
             if let Some(msg) = l.inner.msg.as_mut() {
                 msg.timer = timer;
             }
             return;
         }
+        // `retry_send()` counted the retry before posting it, and
+        // `cm_send_handler` books it as sent with the failed MAD: the
+        // totals are the kernel's (1 + retries messages, retries retries).
+        id.device.count(av.port_num, Counter::TxMsgs, attr_id);
     }
     l.inner.msg = None;
     let event = match state {

@@ -140,7 +140,6 @@ fn hostile_sidr_req_no_listener_failed_unsupported_is_followed_by_a_reject() {
 /// the differences table) promises "the totals once nothing is outstanding
 /// are the kernel's".
 #[test]
-#[ignore = "hostile finding: fails on purpose; run with --ignored"]
 fn hostile_failed_resend_books_the_kernels_totals() {
     let pair = Pair::new();
     pair.loop_a().drop_next(attr::REQ, 1).unwrap();
