@@ -113,7 +113,6 @@ fn hostile_send_req_and_sidr_req_with_pkey_not_on_the_port_fail() {
 /// is sent. The library's `answer_sidr_req_locked` forgets the request after
 /// the first failure and says nothing.
 #[test]
-#[ignore = "hostile finding: fails on purpose; run with --ignored"]
 fn hostile_sidr_req_no_listener_failed_unsupported_is_followed_by_a_reject() {
     let pair = Pair::new();
     let raw = Raw::open();
