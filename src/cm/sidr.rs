@@ -7,7 +7,7 @@ use super::event::{CmEvent, EventParam, SidrRepRcvd, SidrReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::path::Path;
 use super::recv::Received;
-use super::req::av_from_path;
+use super::req::{av_from_path, port_of_path};
 use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
 use super::tables::tables;
 use super::worker::queue_event;
@@ -48,7 +48,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
     if p.private_data.len() > data_size::SIDR_REQ_PRIVATE_DATA_SIZE {
         return Err(EINVAL);
     }
-    let port = id.device.port_by_gid(&p.path.sgid).ok_or(EINVAL)?;
+    let port = port_of_path(&id.device, &p.path)?;
     let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
