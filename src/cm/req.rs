@@ -360,7 +360,7 @@ pub fn req_handler(work: Received) {
         timeout: primary_path.packet_life_time.saturating_add(1).min(31),
         rate: primary_path.rate,
     };
-    if !primary_gid_is_ours(&work, &primary_path) {
+    if !primary_gid_is_ours(&work, &primary_path) || !pkey_is_ours(&work, req.pkey) {
         reject_invalid_gid(&work, &mut l);
         drop(l);
         super::forget_unfinalized(&new_id);
@@ -424,7 +424,16 @@ fn primary_gid_is_ours(work: &Received, primary_path: &Path) -> bool {
     work.addr.grh || work.device.port_by_gid(&primary_path.sgid).is_some()
 }
 
-/// The REQ's primary GID is not ours: REJ INVALID_GID with the receiving
+/// `cm_init_av_by_path(&work->path[0])` then looks the REQ's P_Key up in
+/// the port's table (`ib_find_cached_pkey`); a REQ in a partition the
+/// receiving port is not in fails there.
+fn pkey_is_ours(work: &Received, pkey: u16) -> bool {
+    work.device
+        .port(work.port)
+        .is_ok_and(|port| pkey_is_on_port(port, pkey))
+}
+
+/// The REQ's primary GID or P_Key is not ours: REJ INVALID_GID with the receiving
 /// port's GID 0 as ARI (without an ARI if the port has none), from the new
 /// id, which then goes away.
 fn reject_invalid_gid(work: &Received, l: &mut Locked) {

@@ -35,7 +35,6 @@ fn tx(device: &Device, attr_id: u16) -> (u64, u64) {
 /// REJ's `cm_alloc_msg` finds `av.port` NULL. Either way: no REP, no
 /// REQ_RECEIVED.)
 #[test]
-#[ignore = "hostile finding: fails on purpose; run with --ignored"]
 fn hostile_req_with_pkey_not_on_the_port_is_rejected_invalid_gid() {
     let pair = Pair::new();
     let raw = Raw::open();
