@@ -3,17 +3,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::destroy::destroy_id;
+use super::destroy::{destroy_id, forget_req_locked};
 use super::device::Device;
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Handler};
 use super::recv::Received;
-use super::rej::send_rej_locked;
-use super::sidr::answer_sidr_req_locked;
+use super::sidr::forget_sidr_request;
 use super::tables::{addresses, tables};
 use super::{forget_unfinalized, new_id};
-use crate::abi::ib_cm_rej_reason::IB_CM_REJ_INVALID_SERVICE_ID;
-use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
 use crate::abi::ib_cm_state::{
     self, IB_CM_IDLE, IB_CM_LISTEN, IB_CM_MRA_REQ_SENT, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD,
 };
@@ -113,21 +110,19 @@ pub(super) fn listener_of(event: &CmEvent) -> Option<&Arc<CmIdPriv>> {
 }
 
 /// A new id whose listener was destroyed before its REQ_RECEIVED (or
-/// SIDR_REQ_RECEIVED) ran: the peer gets what a request that matches no
-/// listener gets (`cm_req_handler`: REJ with INVALID_SERVICE_ID;
-/// `cm_sidr_req_handler`: SIDR_REP with UNSUPPORTED), and the id goes without
-/// an event, since its user never learnt of it.
-pub(super) fn refuse_orphan(child: &Arc<CmIdPriv>) {
+/// SIDR_REQ_RECEIVED) ran is forgotten silently: no REJ (SIDR_REP), no
+/// event, out of the remote tables, as `cm_destroy_id` forgets a REQ whose
+/// handler returned `-ENOMEM`. The kernel has no such id (its REQ handler
+/// runs under the listener's reference, see docs/kernel-differences.md);
+/// answering INVALID_SERVICE_ID would be wrong once a new listener took the
+/// service ID, so the peer's retransmission decides: it finds the new
+/// listener, or gets the answer to a request nobody serves.
+pub(super) fn forget_orphan(child: &Arc<CmIdPriv>) {
     {
         let mut l = child.lock();
         match l.state() {
-            IB_CM_REQ_RCVD => {
-                let reason = IB_CM_REJ_INVALID_SERVICE_ID as u16;
-                let _ = send_rej_locked(&mut l, reason, &[], &[]);
-            }
-            IB_CM_SIDR_REQ_RCVD => {
-                answer_sidr_req_locked(&mut l, IB_SIDR_UNSUPPORTED);
-            }
+            IB_CM_REQ_RCVD => forget_req_locked(&mut l),
+            IB_CM_SIDR_REQ_RCVD => forget_sidr_request(&mut l),
             // The peer gave up first (a REJ, or a REQ timeout): nothing to say.
             _ => {}
         }

@@ -96,7 +96,7 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
 
 /// The request is answered (or its id destroyed): IDLE, and out of the
 /// table of requests in progress (`cm.remote_sidr_table`).
-fn forget_sidr_request(l: &mut Locked) {
+pub(super) fn forget_sidr_request(l: &mut Locked) {
     l.set_state(IB_CM_IDLE);
     if l.inner.remote_id_linked {
         let key = sidr_key(l.inner.remote_id, &l.inner.av);

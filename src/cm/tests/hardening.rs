@@ -9,12 +9,14 @@ use parking_lot::{Condvar, Mutex};
 use super::*;
 use crate::abi::ib_cm_rej_reason::IB_CM_REJ_CONSUMER_DEFINED;
 use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
+use crate::cm::counters::attr_index;
 use crate::cm::listen::LISTEN_BACKLOG;
 use crate::cm::worker::queue_event;
 use crate::cm::{
     SidrRepParams, SidrReqParams, destroy_id, prepare_mra, send_rej, send_rep, send_req,
     send_sidr_rep, send_sidr_req,
 };
+use crate::wire::attr;
 
 /// Keeps the worker busy: each event for the gate's id blocks its handler
 /// until the test has released that many.
@@ -55,8 +57,11 @@ impl Gate {
     }
 }
 
+/// The orphan SIDR_REQ is forgotten silently (its listener was destroyed
+/// before its SIDR_REQ_RECEIVED ran); the retransmission finds no listener
+/// and gets the usual UNSUPPORTED.
 #[test]
-fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
+fn hardening_01_sidr_req_after_listener_destroyed_is_forgotten_and_its_retry_gets_unsupported() {
     let pair = Pair::new();
     let gate = Arc::new(Gate::default());
     let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
@@ -65,9 +70,11 @@ fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
     let params = SidrReqParams {
         path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
         service_id: SERVICE_ID,
-        timeout_ms: 60_000,
+        // Retransmitted soon; timers run on the worker, so not before the
+        // orphan's event has been handled.
+        timeout_ms: 50,
         private_data: Vec::new(),
-        max_cm_retries: 1,
+        max_cm_retries: 5,
     };
     send_sidr_req(&pair.active, &params).unwrap();
     // Queued behind the SIDR_REQ: its new id is made before this runs, and
@@ -82,6 +89,10 @@ fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
     let got = pair.rec.wait(Some(&pair.active), IB_CM_SIDR_REP_RECEIVED);
     assert_eq!(got.sidr_status, Some(IB_SIDR_UNSUPPORTED as u8));
     assert_eq!(pair.rec.count(IB_CM_SIDR_REQ_RECEIVED), 0);
+    // Answered once, to the retransmission: the orphan said nothing.
+    assert_eq!(pair.loop_b().sent(attr::SIDR_REP), 1);
+    let retries = pair.a.counters(1).unwrap().snapshot().tx_retries;
+    assert!(retries[attr_index(attr::SIDR_REQ).unwrap()] >= 1);
     wait_until("the refused id is gone", || pair.b.id_count() == 1);
     destroy_id(&blocker, 0);
     pair.finish(&[]);

@@ -162,8 +162,9 @@ fn hostile_failed_resend_books_the_kernels_totals() {
 /// INVALID_SERVICE_ID, telling the peer the service does not exist while a
 /// listener serves it; the peer gives up. A silent drop (as the backlog
 /// does) would let the peer's REQ retransmission reach the new listener.
+/// Fixed: the orphan is forgotten silently, and the retransmitted REQ is
+/// connected by the new listener.
 #[test]
-#[ignore = "hostile finding: fails on purpose; run with --ignored"]
 fn hostile_orphan_req_is_refused_invalid_service_id_while_a_new_listener_serves_it() {
     let pair = Pair::new();
     let first = HeldWorker::hold(&pair.b);
@@ -196,8 +197,14 @@ fn hostile_orphan_req_is_refused_invalid_service_id_while_a_new_listener_serves_
         (0, None),
         "rejected (reason 8 = INVALID_SERVICE_ID) while a listener serves the service ID"
     );
+    // The new listener took the retransmission; the orphan went unanswered.
+    let child = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), 1);
+    assert!(tx(&pair.a, attr::REQ).1 >= 1, "the REQ was retransmitted");
+    assert_eq!(pair.loop_b().sent(attr::REJ), 0);
+    pair.rec.wait(Some(&child), IB_CM_RTU_RECEIVED);
     crate::cm::destroy_id(&relisten, 0);
-    pair.finish(&[]);
+    pair.finish(&[&child]);
 }
 
 /// Keeps the shared worker inside a handler until dropped.
