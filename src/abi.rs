@@ -746,9 +746,9 @@ pub struct ibcm_counters {
     /// Dropped on receipt: no connection matches it, or it is not expected in
     /// the connection's state (the kernel drops these silently).
     pub rx_unmatched: u64,
-    /// Dropped on receipt: a REQ or SIDR_REQ for a listener that already
-    /// holds 1024 new ids its user has not answered (beyond the kernel); the
-    /// peer's retransmission gets another chance.
+    /// Dropped on receipt: a REQ or SIDR_REQ for a listener 1024 of whose
+    /// new ids still wait for their request event to be handled (beyond the
+    /// kernel); the peer's retransmission gets another chance.
     pub rx_listen_overflows: u64,
     /// Dropped on receipt: 65,536 received MADs of the device were already
     /// waiting for the CM (a handler that does not return holds them up).

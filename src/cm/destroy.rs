@@ -76,6 +76,8 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
         cancel_timer(timer);
     }
     l.inner.private_data = Box::default();
+    // Destroyed before its request event was taken: its backlog place is free.
+    l.inner.backlog_slot = None;
     let local_id = l.inner.local_id;
     drop(l);
     {

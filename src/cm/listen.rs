@@ -11,9 +11,7 @@ use super::recv::Received;
 use super::sidr::forget_sidr_request;
 use super::tables::{addresses, tables};
 use super::{forget_unfinalized, new_id};
-use crate::abi::ib_cm_state::{
-    self, IB_CM_IDLE, IB_CM_LISTEN, IB_CM_MRA_REQ_SENT, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD,
-};
+use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD};
 use crate::errno::{CmResult, EBUSY, EINVAL};
 
 /// `IB_SERVICE_ID_AGN_MASK` (host order).
@@ -130,17 +128,18 @@ pub(super) fn forget_orphan(child: &Arc<CmIdPriv>) {
     destroy_id(child, 0);
 }
 
-/// How many new ids a listener holds unanswered (REQ_RCVD, MRA_REQ_SENT,
-/// SIDR_REQ_RCVD: its user has not sent a REP, REJ or SIDR_REP, nor
-/// destroyed them) before it takes no more requests. The kernel has no such
-/// bound; rdma_cm's ucma has one (`max_backlog`, 1024 by default), and drops
-/// a request beyond it silently, so that the peer's retransmission gets
-/// another chance. So does this; see docs/kernel-differences.md.
+/// How many new ids of a listener may wait for their REQ_RECEIVED (or
+/// SIDR_REQ_RECEIVED) to be handled before it takes no more requests. The
+/// kernel has no such bound; rdma_cm's ucma has one (`max_backlog`, 1024 by
+/// default), whose place a request holds until userspace reads its event,
+/// and drops a request beyond it silently, so that the peer's retransmission
+/// gets another chance. So does this; see docs/kernel-differences.md.
 pub const LISTEN_BACKLOG: usize = 1024;
 
-/// A new id's place in its listener's backlog: held while the id waits for
-/// its user's answer (dropped by `Locked::set_state` when it leaves those
-/// states, or with the id), so the count is exact whatever path the id takes.
+/// A new id's place in its listener's backlog: held until its REQ_RECEIVED
+/// (SIDR_REQ_RECEIVED) handler has run ([`request_taken`]), or the id is
+/// destroyed or forgotten first; dropped with the id in any case, so the
+/// count is exact whatever path the id takes.
 pub struct BacklogSlot(Weak<CmIdPriv>);
 
 impl BacklogSlot {
@@ -158,12 +157,10 @@ impl Drop for BacklogSlot {
     }
 }
 
-/// True while an id in `state` waits for its user's answer to a request.
-pub(super) fn waits_for_answer(state: ib_cm_state) -> bool {
-    matches!(
-        state,
-        IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT | IB_CM_SIDR_REQ_RCVD
-    )
+/// The user has taken the new id's request event (its handler ran): room for
+/// another request, as ucma gives the place back when the event is read.
+pub(super) fn request_taken(id: &CmIdPriv) {
+    id.lock().inner.backlog_slot = None;
 }
 
 /// A place in `listener`'s backlog for the new id of `work`, a request; or,

@@ -337,7 +337,6 @@ pub fn req_handler(work: Received) {
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
     l.set_state(IB_CM_REQ_RCVD);
-    l.inner.backlog_slot = Some(slot);
     l.set_service_id(req.service_id);
     l.set_remote_id(req.local_comm_id);
     l.inner.remote_ca_guid = guid;
@@ -379,6 +378,7 @@ pub fn req_handler(work: Received) {
         };
         l.inner.alt_av = av_from_path(port, alt);
     }
+    l.inner.backlog_slot = Some(slot);
     link_remote(&mut l, &new_id);
     drop(l);
     super::finalize_id(&new_id);

@@ -371,6 +371,9 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
         IN_HANDLER.with(|h| h.set([0; 2]));
         ret
     };
+    if listener.is_some() {
+        listen::request_taken(id);
+    }
     if ret != 0 {
         destroy::destroy_id(id, ret);
     }
