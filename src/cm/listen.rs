@@ -131,9 +131,11 @@ pub(super) fn forget_orphan(child: &Arc<CmIdPriv>) {
 /// How many new ids of a listener may wait for their REQ_RECEIVED (or
 /// SIDR_REQ_RECEIVED) to be handled before it takes no more requests. The
 /// kernel has no such bound; rdma_cm's ucma has one (`max_backlog`, 1024 by
-/// default), whose place a request holds until userspace reads its event,
-/// and drops a request beyond it silently, so that the peer's retransmission
-/// gets another chance. So does this; see docs/kernel-differences.md.
+/// default), whose place a request holds until userspace reads its event.
+/// A REQ beyond it is dropped silently, so that the peer's retransmission
+/// gets another chance, and a SIDR_REQ answered SIDR_REP REJECT, as ucma's
+/// `-ENOMEM` makes `cm_destroy_id` do. So does this; see
+/// docs/kernel-differences.md.
 pub const LISTEN_BACKLOG: usize = 1024;
 
 /// A new id's place in its listener's backlog: held until its REQ_RECEIVED
@@ -165,7 +167,7 @@ pub(super) fn request_taken(id: &CmIdPriv) {
 
 /// A place in `listener`'s backlog for the new id of `work`, a request; or,
 /// when the backlog is full, `None`: the request is counted
-/// (`rx_listen_overflows`) and dropped. Requests are taken on the worker
+/// (`rx_listen_overflows`), and not taken. Requests are taken on the worker
 /// thread only, so nothing fills the backlog between the check and the take.
 pub(super) fn backlog_slot(listener: &Arc<CmIdPriv>, work: &Received) -> Option<BacklogSlot> {
     if listener.backlog.load(Ordering::Acquire) >= LISTEN_BACKLOG {

@@ -143,9 +143,9 @@ fn send_status_locked(l: &mut Locked, status: ib_cm_sidr_status) -> CmResult {
 }
 
 /// Answers a SIDR_REQ nobody takes with `status` from a short-lived id, as
-/// `cm_sidr_req_handler` does. If that SIDR_REP cannot be sent the kernel's
-/// id is still SIDR_REQ_RCVD when it is destroyed, and `cm_destroy_id` tries
-/// a SIDR_REP REJECT: so does this.
+/// `cm_sidr_req_handler` does. If a SIDR_REP of another status cannot be
+/// sent the kernel's id is still SIDR_REQ_RCVD when it is destroyed, and
+/// `cm_destroy_id` tries a SIDR_REP REJECT: so does this.
 fn refuse_sidr_req(work: &Received, req: &SidrReq, av: Av, status: ib_cm_sidr_status) {
     let Ok(id) = new_id(work.device.clone(), Arc::new(|_, _| 0)) else {
         return; // the device is closing
@@ -155,7 +155,7 @@ fn refuse_sidr_req(work: &Received, req: &SidrReq, av: Av, status: ib_cm_sidr_st
     l.set_service_id(req.service_id);
     l.inner.tid = work.tid;
     l.inner.av = av;
-    if send_status_locked(&mut l, status).is_err() {
+    if send_status_locked(&mut l, status).is_err() && !matches!(status, IB_SIDR_REJECT) {
         reject_sidr_req_locked(&mut l);
     }
     drop(l);
@@ -191,6 +191,9 @@ pub fn sidr_req_handler(work: Received) {
         return;
     };
     let Some(slot) = listen::backlog_slot(&listener, &work) else {
+        // Beyond the backlog rdma_cm's handler returns -ENOMEM, and
+        // `cm_destroy_id` of the SIDR_REQ_RCVD id rejects the request.
+        refuse_sidr_req(&work, &req, av, IB_SIDR_REJECT);
         return;
     };
     let Ok(new_id) = create_child_id(&listener) else {

@@ -272,7 +272,6 @@ impl Drop for HeldWorker {
 /// IB_SIDR_REJECT)`. Unlike a REQ (REQ_RCVD with -ENOMEM: reset, no REJ), a
 /// SIDR_REQ beyond the backlog is answered SIDR_REP REJECT, not dropped.
 #[test]
-#[ignore = "hostile finding: fails on purpose; run with --ignored"]
 fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
     use crate::cm::listen::LISTEN_BACKLOG;
     let pair = Pair::new();
@@ -284,14 +283,18 @@ fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
         service_id: SERVICE_ID,
         ..SidrReq::default()
     };
+    // The backlog counts requests whose event waits: hold the worker while
+    // they arrive, so that all their events come after the extra one.
+    let held = HeldWorker::hold(&pair.b);
     for i in 0..LISTEN_BACKLOG as u32 {
         raw.send_to(&pair.b, &sidr(i).encode(u64::from(i)));
     }
-    wait_until("the backlog is full", || {
-        pair.rec.count(IB_CM_SIDR_REQ_RECEIVED) == LISTEN_BACKLOG
-    });
     let extra = LISTEN_BACKLOG as u32;
     raw.send_to(&pair.b, &sidr(extra).encode(u64::from(extra)));
+    drop(held);
+    wait_until("the backlog's events were delivered", || {
+        pair.rec.count(IB_CM_SIDR_REQ_RECEIVED) == LISTEN_BACKLOG
+    });
     wait_until("the extra SIDR_REQ was handled", || {
         let c = pair.b.counters(1).unwrap().snapshot();
         c.rx_listen_overflows == 1 || raw.received_after(std::time::Duration::ZERO) > 0
