@@ -62,13 +62,7 @@ static struct ib_cm_id *send_quick_req(uint64_t service_id) {
   struct conn_opts o;
   conn_opts_default(&o);
   o.service_id = service_id;
-  struct sa_path_rec path;
-  struct ib_cm_req_param req;
-  conn_path(&path, &o);
-  req_param_init(&req, &path, &o, next_qpn());
-  struct ib_cm_id *a = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_send_cm_req(a, &req), 0);
-  return a;
+  return send_req_with(&o);
 }
 
 static void wait_entered(int n) {
