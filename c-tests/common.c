@@ -530,17 +530,21 @@ void req_param_init(struct ib_cm_req_param *p, struct sa_path_rec *path,
   p->max_cm_retries = o->max_cm_retries;
 }
 
+struct ib_cm_id *send_req_with(const struct conn_opts *o) {
+  struct sa_path_rec path;
+  struct ib_cm_req_param req;
+  conn_path(&path, o);
+  req_param_init(&req, &path, o, next_qpn());
+  struct ib_cm_id *a = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_send_cm_req(a, &req), 0);
+  return a;
+}
+
 struct ib_cm_id *send_slow_req(uint64_t service_id) {
   struct conn_opts o;
   conn_opts_slow(&o);
   o.service_id = service_id;
-  struct sa_path_rec path;
-  struct ib_cm_req_param req;
-  conn_path(&path, &o);
-  req_param_init(&req, &path, &o, next_qpn());
-  struct ib_cm_id *a = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_send_cm_req(a, &req), 0);
-  return a;
+  return send_req_with(&o);
 }
 
 void connect_pair(struct ib_cm_id *listener, struct ib_cm_id *a,

@@ -207,8 +207,11 @@ void req_param_init(struct ib_cm_req_param *p, struct sa_path_rec *path,
 /* path_ab with the options' packet lifetime. */
 void conn_path(struct sa_path_rec *path, const struct conn_opts *o);
 
-/* A REQ for a fresh QP from a new id of A (test_handler) to `service_id`,
- * with conn_opts_slow (no retransmission for seconds); returns the id. */
+/* A REQ for a fresh QP from a new id of A (test_handler) with options `o`;
+ * returns the id. */
+struct ib_cm_id *send_req_with(const struct conn_opts *o);
+/* The same to `service_id`, with conn_opts_slow (no retransmission for
+ * seconds). */
 struct ib_cm_id *send_slow_req(uint64_t service_id);
 
 struct conn {

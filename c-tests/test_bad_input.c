@@ -134,6 +134,12 @@ int main(void) {
   req_param_init(&req, &path_ab, &(struct conn_opts){.service_id = 1}, 1);
   req.alternate_path = &alt;
   EXPECT(ib_send_cm_req(idle, &req), -EINVAL);
+  struct sa_path_rec other_partition = path_ab;
+  other_partition.pkey = htobe16(0x1234); /* not the port's P_Key */
+  req_param_init(&req, &other_partition, &(struct conn_opts){.service_id = 1}, 1);
+  EXPECT(ib_send_cm_req(idle, &req), -ENOENT);
+  struct ib_cm_sidr_req_param sidr = {.path = &other_partition, .service_id = 1, .timeout_ms = 100};
+  EXPECT(ib_send_cm_sidr_req(idle, &sidr), -ENOENT);
   EXPECT(ib_send_cm_rep(idle, NULL), -EINVAL);
   EXPECT(ib_send_cm_rep(idle, &rep), -EINVAL);
   rep.private_data = big;

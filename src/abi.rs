@@ -757,9 +757,10 @@ pub struct ibcm_counters {
     /// Dropped on receipt: no connection matches it, or it is not expected in
     /// the connection's state (the kernel drops these silently).
     pub rx_unmatched: u64,
-    /// Dropped on receipt: a REQ or SIDR_REQ for a listener that already
-    /// holds 1024 new ids its user has not answered (beyond the kernel); the
-    /// peer's retransmission gets another chance.
+    /// Not taken: a REQ or SIDR_REQ for a listener 1024 of whose new ids
+    /// still wait for their request event to be handled (beyond the kernel).
+    /// A REQ is dropped (the peer's retransmission gets another chance), a
+    /// SIDR_REQ answered with a SIDR_REP `IB_SIDR_REJECT`.
     pub rx_listen_overflows: u64,
     /// Dropped on receipt: 65,536 received MADs of the device were already
     /// waiting for the CM (a handler that does not return holds them up).

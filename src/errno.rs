@@ -10,6 +10,7 @@ pub struct Errno(pub i32);
 pub const EINVAL: Errno = Errno(libc::EINVAL);
 pub const EBUSY: Errno = Errno(libc::EBUSY);
 pub const ENODEV: Errno = Errno(libc::ENODEV);
+pub const ENOENT: Errno = Errno(libc::ENOENT);
 pub const ENOMEM: Errno = Errno(libc::ENOMEM);
 pub const EISCONN: Errno = Errno(libc::EISCONN);
 pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);

@@ -699,9 +699,10 @@ struct ibcm_counters {
    */
   uint64_t rx_unmatched;
   /*
-   Dropped on receipt: a REQ or SIDR_REQ for a listener that already
-   holds 1024 new ids its user has not answered (beyond the kernel); the
-   peer's retransmission gets another chance.
+   Not taken: a REQ or SIDR_REQ for a listener 1024 of whose new ids
+   still wait for their request event to be handled (beyond the kernel).
+   A REQ is dropped (the peer's retransmission gets another chance), a
+   SIDR_REQ answered with a SIDR_REP `IB_SIDR_REJECT`.
    */
   uint64_t rx_listen_overflows;
   /*

@@ -45,11 +45,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
                 let guid = id.device.node_guid.to_be_bytes();
                 let _ = send_rej_locked(&mut l, IB_CM_REJ_TIMEOUT as u16, &guid, &[]);
             }
-            IB_CM_REQ_RCVD if err == -libc::ENOMEM => {
-                // Silently: the peer's REQ retry gets another chance.
-                remove_remote(&mut l);
-                l.set_state(IB_CM_IDLE, "destroyed");
-            }
+            IB_CM_REQ_RCVD if err == -libc::ENOMEM => forget_req_locked(&mut l),
             IB_CM_REQ_RCVD | IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD | IB_CM_MRA_REQ_SENT
             | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => {
                 cancel_msg(&mut l);
@@ -80,6 +76,8 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
         cancel_timer(timer);
     }
     l.inner.private_data = Box::default();
+    // Destroyed before its request event was taken: its backlog place is free.
+    l.inner.backlog_slot = None;
     let local_id = l.inner.local_id;
     drop(l);
     {
@@ -91,6 +89,14 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
     }
     id.device.ids.fetch_sub(1, Ordering::AcqRel);
     quarantine(id);
+}
+
+/// A REQ_RCVD id forgets its REQ silently (`cm_destroy_id` after `-ENOMEM`):
+/// no REJ, and out of the remote tables, so the peer's REQ retry is a new
+/// request, not a duplicate.
+pub(super) fn forget_req_locked(l: &mut Locked) {
+    remove_remote(l);
+    l.set_state(IB_CM_IDLE, "request forgotten");
 }
 
 /// Marks `id` destroyed, under its lock so that no entry point that runs

@@ -8,7 +8,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::device::Device;
 use super::event::CmEvent;
-use super::listen::{BacklogSlot, waits_for_answer};
+use super::listen::BacklogSlot;
 use crate::abi::{ib_cm_lap_state, ib_cm_state};
 use crate::errno::{CmResult, EINVAL};
 use crate::timer::TimerId;
@@ -127,8 +127,8 @@ pub struct CmIdInner {
     pub timewait_timer: Option<TimerId>,
     /// Listener sharing count (`listen_sharecount`).
     pub listen_sharecount: u32,
-    /// A new id's place in its listener's backlog, while it waits for its
-    /// user's answer (beyond the kernel).
+    /// A new id's place in its listener's backlog, until its request event
+    /// has been handled (beyond the kernel).
     pub backlog_slot: Option<BacklogSlot>,
 }
 
@@ -235,10 +235,6 @@ impl Locked<'_> {
         self.id.public.state.store(state as i32, Ordering::Release);
         if old != state {
             super::trace::state_change(self, old, state, why);
-        }
-        if !waits_for_answer(state) {
-            // Answered (or rejected, or destroyed): room for another request.
-            self.inner.backlog_slot = None;
         }
     }
 

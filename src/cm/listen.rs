@@ -3,20 +3,15 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::destroy::destroy_id;
+use super::destroy::{destroy_id, forget_req_locked};
 use super::device::Device;
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Handler};
 use super::recv::Received;
-use super::rej::send_rej_locked;
-use super::sidr::answer_sidr_req_locked;
+use super::sidr::forget_sidr_request;
 use super::tables::{addresses, tables};
 use super::{forget_unfinalized, new_id};
-use crate::abi::ib_cm_rej_reason::IB_CM_REJ_INVALID_SERVICE_ID;
-use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
-use crate::abi::ib_cm_state::{
-    self, IB_CM_IDLE, IB_CM_LISTEN, IB_CM_MRA_REQ_SENT, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD,
-};
+use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD};
 use crate::errno::{CmResult, EBUSY, EINVAL};
 
 /// `IB_SERVICE_ID_AGN_MASK` (host order).
@@ -113,21 +108,19 @@ pub(super) fn listener_of(event: &CmEvent) -> Option<&Arc<CmIdPriv>> {
 }
 
 /// A new id whose listener was destroyed before its REQ_RECEIVED (or
-/// SIDR_REQ_RECEIVED) ran: the peer gets what a request that matches no
-/// listener gets (`cm_req_handler`: REJ with INVALID_SERVICE_ID;
-/// `cm_sidr_req_handler`: SIDR_REP with UNSUPPORTED), and the id goes without
-/// an event, since its user never learnt of it.
-pub(super) fn refuse_orphan(child: &Arc<CmIdPriv>) {
+/// SIDR_REQ_RECEIVED) ran is forgotten silently: no REJ (SIDR_REP), no
+/// event, out of the remote tables, as `cm_destroy_id` forgets a REQ whose
+/// handler returned `-ENOMEM`. The kernel has no such id (its REQ handler
+/// runs under the listener's reference, see docs/kernel-differences.md);
+/// answering INVALID_SERVICE_ID would be wrong once a new listener took the
+/// service ID, so the peer's retransmission decides: it finds the new
+/// listener, or gets the answer to a request nobody serves.
+pub(super) fn forget_orphan(child: &Arc<CmIdPriv>) {
     {
         let mut l = child.lock();
         match l.state() {
-            IB_CM_REQ_RCVD => {
-                let reason = IB_CM_REJ_INVALID_SERVICE_ID as u16;
-                let _ = send_rej_locked(&mut l, reason, &[], &[]);
-            }
-            IB_CM_SIDR_REQ_RCVD => {
-                answer_sidr_req_locked(&mut l, IB_SIDR_UNSUPPORTED);
-            }
+            IB_CM_REQ_RCVD => forget_req_locked(&mut l),
+            IB_CM_SIDR_REQ_RCVD => forget_sidr_request(&mut l),
             // The peer gave up first (a REJ, or a REQ timeout): nothing to say.
             _ => {}
         }
@@ -135,17 +128,20 @@ pub(super) fn refuse_orphan(child: &Arc<CmIdPriv>) {
     destroy_id(child, 0);
 }
 
-/// How many new ids a listener holds unanswered (REQ_RCVD, MRA_REQ_SENT,
-/// SIDR_REQ_RCVD: its user has not sent a REP, REJ or SIDR_REP, nor
-/// destroyed them) before it takes no more requests. The kernel has no such
-/// bound; rdma_cm's ucma has one (`max_backlog`, 1024 by default), and drops
-/// a request beyond it silently, so that the peer's retransmission gets
-/// another chance. So does this; see docs/kernel-differences.md.
+/// How many new ids of a listener may wait for their REQ_RECEIVED (or
+/// SIDR_REQ_RECEIVED) to be handled before it takes no more requests. The
+/// kernel has no such bound; rdma_cm's ucma has one (`max_backlog`, 1024 by
+/// default), whose place a request holds until userspace reads its event.
+/// A REQ beyond it is dropped silently, so that the peer's retransmission
+/// gets another chance, and a SIDR_REQ answered SIDR_REP REJECT, as ucma's
+/// `-ENOMEM` makes `cm_destroy_id` do. So does this; see
+/// docs/kernel-differences.md.
 pub const LISTEN_BACKLOG: usize = 1024;
 
-/// A new id's place in its listener's backlog: held while the id waits for
-/// its user's answer (dropped by `Locked::set_state` when it leaves those
-/// states, or with the id), so the count is exact whatever path the id takes.
+/// A new id's place in its listener's backlog: held until its REQ_RECEIVED
+/// (SIDR_REQ_RECEIVED) handler has run ([`request_taken`]), or the id is
+/// destroyed or forgotten first; dropped with the id in any case, so the
+/// count is exact whatever path the id takes.
 pub struct BacklogSlot(Weak<CmIdPriv>);
 
 impl BacklogSlot {
@@ -163,17 +159,15 @@ impl Drop for BacklogSlot {
     }
 }
 
-/// True while an id in `state` waits for its user's answer to a request.
-pub(super) fn waits_for_answer(state: ib_cm_state) -> bool {
-    matches!(
-        state,
-        IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT | IB_CM_SIDR_REQ_RCVD
-    )
+/// The user has taken the new id's request event (its handler ran): room for
+/// another request, as ucma gives the place back when the event is read.
+pub(super) fn request_taken(id: &CmIdPriv) {
+    id.lock().inner.backlog_slot = None;
 }
 
 /// A place in `listener`'s backlog for the new id of `work`, a request; or,
 /// when the backlog is full, `None`: the request is counted
-/// (`rx_listen_overflows`) and dropped. Requests are taken on the worker
+/// (`rx_listen_overflows`), and not taken. Requests are taken on the worker
 /// thread only, so nothing fills the backlog between the check and the take.
 pub(super) fn backlog_slot(listener: &Arc<CmIdPriv>, work: &Received) -> Option<BacklogSlot> {
     if listener.backlog.load(Ordering::Acquire) >= LISTEN_BACKLOG {

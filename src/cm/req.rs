@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::device::Port;
+use super::device::{Device, Port};
 use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::mra::format_mra;
@@ -17,7 +17,7 @@ use crate::abi::ib_cm_event_type::IB_CM_REQ_RECEIVED;
 use crate::abi::ib_cm_rej_reason::*;
 use crate::abi::ib_cm_state::*;
 use crate::abi::{data_size, ib_qp_type};
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::{CmResult, EINVAL, ENOENT};
 use crate::transport::MadAddr;
 use crate::wire::req::CM_REQ_PRIVATE_DATA;
 use crate::wire::{MsgResponse, Req, ReqPath, TransportType, attr};
@@ -63,6 +63,23 @@ fn validate_req_param(p: &ReqParams) -> CmResult {
         return Err(EINVAL);
     }
     Ok(())
+}
+
+/// Whether `pkey` is in `port`'s P_Key table, as `ib_find_cached_pkey()`
+/// compares: without the membership bit.
+pub(super) fn pkey_is_on_port(port: &Port, pkey: u16) -> bool {
+    port.pkey & 0x7fff == pkey & 0x7fff
+}
+
+/// The port a path we send on leaves from (`cm_init_av_by_path`): the one
+/// with its source GID (`-EINVAL` if none), which must have its P_Key
+/// (`ib_find_cached_pkey`: `-ENOENT`).
+pub(super) fn port_of_path<'d>(device: &'d Device, path: &Path) -> CmResult<&'d Port> {
+    let port = device.port_by_gid(&path.sgid).ok_or(EINVAL)?;
+    if !pkey_is_on_port(port, path.pkey) {
+        return Err(ENOENT);
+    }
+    Ok(port)
 }
 
 /// The address of a path (`cm_init_av_by_path`): RoCE and routed paths need
@@ -123,13 +140,10 @@ fn transport_type(qp_type: i32) -> (TransportType, u8) {
 /// `ib_send_cm_req()`.
 pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     validate_req_param(p)?;
-    let port = id.device.port_by_gid(&p.primary_path.sgid).ok_or(EINVAL)?;
+    let port = port_of_path(&id.device, &p.primary_path)?;
     // `cm_init_av_by_path(alternate_path)`: its source GID must be ours too.
     let alt_av = match &p.alternate_path {
-        Some(alt) => Some(av_from_path(
-            id.device.port_by_gid(&alt.sgid).ok_or(EINVAL)?,
-            alt,
-        )),
+        Some(alt) => Some(av_from_path(port_of_path(&id.device, alt)?, alt)),
         None => None,
     };
     let mut l = id.lock_live()?;
@@ -322,7 +336,6 @@ pub fn req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
-    l.inner.backlog_slot = Some(slot);
     l.set_service_id(req.service_id);
     l.set_remote_id(req.local_comm_id);
     l.inner.remote_ca_guid = guid;
@@ -347,7 +360,7 @@ pub fn req_handler(work: Received) {
     };
     // Once the id knows its peer and port (for the log line).
     l.set_state(IB_CM_REQ_RCVD, "REQ received");
-    if !primary_gid_is_ours(&work, &primary_path) {
+    if !primary_gid_is_ours(&work, &primary_path) || !pkey_is_ours(&work, req.pkey) {
         reject_invalid_gid(&work, &mut l);
         drop(l);
         super::forget_unfinalized(&new_id);
@@ -366,6 +379,7 @@ pub fn req_handler(work: Received) {
         };
         l.inner.alt_av = av_from_path(port, alt);
     }
+    l.inner.backlog_slot = Some(slot);
     link_remote(&mut l, &new_id);
     drop(l);
     super::finalize_id(&new_id);
@@ -411,7 +425,16 @@ fn primary_gid_is_ours(work: &Received, primary_path: &Path) -> bool {
     work.addr.grh || work.device.port_by_gid(&primary_path.sgid).is_some()
 }
 
-/// The REQ's primary GID is not ours: REJ INVALID_GID with the receiving
+/// `cm_init_av_by_path(&work->path[0])` then looks the REQ's P_Key up in
+/// the port's table (`ib_find_cached_pkey`); a REQ in a partition the
+/// receiving port is not in fails there.
+fn pkey_is_ours(work: &Received, pkey: u16) -> bool {
+    work.device
+        .port(work.port)
+        .is_ok_and(|port| pkey_is_on_port(port, pkey))
+}
+
+/// The REQ's primary GID or P_Key is not ours: REJ INVALID_GID with the receiving
 /// port's GID 0 as ARI (without an ARI if the port has none), from the new
 /// id, which then goes away.
 fn reject_invalid_gid(work: &Received, l: &mut Locked) {

@@ -97,6 +97,8 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
+        let attr_id = super::device::mad_attr_id(&msg.mad);
+        id.device.count(av.port_num, Counter::TxRetries, attr_id);
         // `timeout_sends()`: a retry that cannot be posted completes the MAD
         // at once, as if it had run out of retries.
         if id
@@ -104,8 +106,6 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
             .send_shared(av.port_num, &av.addr, &msg.mad)
             .is_ok()
         {
-            let attr_id = super::device::mad_attr_id(&msg.mad);
-            id.device.count(av.port_num, Counter::TxRetries, attr_id);
             let left = msg.retries_left;
             trace::retry(&l, attr_id, left);
             let timer = arm_retransmit(&l, timeout_ms);
@@ -114,6 +114,10 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
             }
             return;
         }
+        // `retry_send()` counted the retry before posting it, and
+        // `cm_send_handler` books it as sent with the failed MAD: the
+        // totals are the kernel's (1 + retries messages, retries retries).
+        id.device.count(av.port_num, Counter::TxMsgs, attr_id);
     }
     if let Some(msg) = l.inner.msg.take() {
         trace::timeout(&l, &msg.mad);

@@ -7,7 +7,7 @@ use super::event::{CmEvent, EventParam, SidrRepRcvd, SidrReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::path::Path;
 use super::recv::Received;
-use super::req::av_from_path;
+use super::req::{av_from_path, port_of_path};
 use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
 use super::tables::tables;
 use super::worker::queue_event;
@@ -48,7 +48,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
     if p.private_data.len() > data_size::SIDR_REQ_PRIVATE_DATA_SIZE {
         return Err(EINVAL);
     }
-    let port = id.device.port_by_gid(&p.path.sgid).ok_or(EINVAL)?;
+    let port = port_of_path(&id.device, &p.path)?;
     let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
@@ -96,7 +96,7 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
 
 /// The request is answered (or its id destroyed): IDLE, and out of the
 /// table of requests in progress (`cm.remote_sidr_table`).
-fn forget_sidr_request(l: &mut Locked) {
+pub(super) fn forget_sidr_request(l: &mut Locked) {
     l.set_state(IB_CM_IDLE, "SIDR_REP sent");
     if l.inner.remote_id_linked {
         let key = sidr_key(l.inner.remote_id, &l.inner.av);
@@ -124,15 +124,42 @@ pub fn reject_sidr_req_locked(l: &mut Locked) {
     answer_sidr_req_locked(l, IB_SIDR_REJECT);
 }
 
-/// A SIDR_REP with `status` and nothing else. The request is forgotten even
-/// if it cannot be sent (`cm_destroy_id` does not try again).
+/// A SIDR_REP with `status` and nothing else; the request is forgotten
+/// even if it cannot be sent, as `cm_reject_sidr_req()` in `cm_destroy_id`
+/// forgets it. Callers that answer with another status first fall back to
+/// that REJECT on failure themselves ([`refuse_sidr_req`]).
 pub fn answer_sidr_req_locked(l: &mut Locked, status: ib_cm_sidr_status) {
+    let _ = send_status_locked(l, status);
+    forget_sidr_request(l);
+}
+
+/// `ib_send_cm_sidr_rep()` with `status` and nothing else.
+fn send_status_locked(l: &mut Locked, status: ib_cm_sidr_status) -> CmResult {
     let p = SidrRepParams {
         status: status as u8,
         ..SidrRepParams::default()
     };
-    let _ = send_sidr_rep_locked(l, &p);
-    forget_sidr_request(l);
+    send_sidr_rep_locked(l, &p)
+}
+
+/// Answers a SIDR_REQ nobody takes with `status` from a short-lived id, as
+/// `cm_sidr_req_handler` does. If a SIDR_REP of another status cannot be
+/// sent the kernel's id is still SIDR_REQ_RCVD when it is destroyed, and
+/// `cm_destroy_id` tries a SIDR_REP REJECT: so does this.
+fn refuse_sidr_req(work: &Received, req: &SidrReq, av: Av, status: ib_cm_sidr_status) {
+    let Ok(id) = new_id(work.device.clone(), Arc::new(|_, _| 0)) else {
+        return; // the device is closing
+    };
+    let mut l = id.lock();
+    l.set_remote_id(req.request_id);
+    l.set_service_id(req.service_id);
+    l.inner.tid = work.tid;
+    l.inner.av = av;
+    if send_status_locked(&mut l, status).is_err() && !matches!(status, IB_SIDR_REJECT) {
+        reject_sidr_req_locked(&mut l);
+    }
+    drop(l);
+    super::forget_unfinalized(&id);
 }
 
 /// `cm_sidr_req_handler()`.
@@ -160,22 +187,13 @@ pub fn sidr_req_handler(work: Received) {
             .cloned()
     };
     let Some(listener) = listener else {
-        // Nobody serves it: answer UNSUPPORTED from a short-lived id, as the
-        // kernel does.
-        let Ok(id) = new_id(work.device.clone(), Arc::new(|_, _| 0)) else {
-            return; // the device is closing
-        };
-        let mut l = id.lock();
-        l.set_remote_id(req.request_id);
-        l.set_service_id(req.service_id);
-        l.inner.tid = work.tid;
-        l.inner.av = av;
-        answer_sidr_req_locked(&mut l, IB_SIDR_UNSUPPORTED);
-        drop(l);
-        super::forget_unfinalized(&id);
+        refuse_sidr_req(&work, &req, av, IB_SIDR_UNSUPPORTED);
         return;
     };
     let Some(slot) = listen::backlog_slot(&listener, &work) else {
+        // Beyond the backlog rdma_cm's handler returns -ENOMEM, and
+        // `cm_destroy_id` of the SIDR_REQ_RCVD id rejects the request.
+        refuse_sidr_req(&work, &req, av, IB_SIDR_REJECT);
         return;
     };
     let Ok(new_id) = create_child_id(&listener) else {

@@ -402,14 +402,14 @@ fn fire(timer: TimerId, work: TimerWork) {
 /// callback guard, as the kernel's cm_req_handler runs it holding a reference
 /// on the listener: `ib_destroy_cm_id(listener)` waits for it, and once the
 /// listener is destroyed no handler with its context starts; the new id is
-/// then refused as if no listener had matched.
+/// then forgotten silently, so that the peer's retransmission decides.
 fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
     let listener = listen::listener_of(event);
     let _listener_running = listener.map(|l| l.callback.lock());
     if let Some(listener) = listener
         && listener.is_destroyed()
     {
-        listen::refuse_orphan(id);
+        listen::forget_orphan(id);
         return;
     }
     let ret = {
@@ -423,6 +423,9 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
         IN_HANDLER.with(|h| h.set([0; 2]));
         ret
     };
+    if listener.is_some() {
+        listen::request_taken(id);
+    }
     if ret != 0 {
         destroy::destroy_id(id, ret);
     }

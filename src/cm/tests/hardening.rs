@@ -7,14 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::{Condvar, Mutex};
 
 use super::*;
-use crate::abi::ib_cm_rej_reason::IB_CM_REJ_CONSUMER_DEFINED;
 use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
+use crate::cm::counters::attr_index;
 use crate::cm::listen::LISTEN_BACKLOG;
+use crate::cm::tables::tables;
 use crate::cm::worker::queue_event;
-use crate::cm::{
-    SidrRepParams, SidrReqParams, destroy_id, prepare_mra, send_rej, send_rep, send_req,
-    send_sidr_rep, send_sidr_req,
-};
+use crate::cm::{SidrRepParams, SidrReqParams, destroy_id, send_req, send_sidr_rep, send_sidr_req};
+use crate::wire::attr;
 
 /// Keeps the worker busy: each event for the gate's id blocks its handler
 /// until the test has released that many.
@@ -55,8 +54,11 @@ impl Gate {
     }
 }
 
+/// The orphan SIDR_REQ is forgotten silently (its listener was destroyed
+/// before its SIDR_REQ_RECEIVED ran); the retransmission finds no listener
+/// and gets the usual UNSUPPORTED.
 #[test]
-fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
+fn hardening_01_sidr_req_after_listener_destroyed_is_forgotten_and_its_retry_gets_unsupported() {
     let pair = Pair::new();
     let gate = Arc::new(Gate::default());
     let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
@@ -65,9 +67,11 @@ fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
     let params = SidrReqParams {
         path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
         service_id: SERVICE_ID,
-        timeout_ms: 60_000,
+        // Retransmitted soon; timers run on the worker, so not before the
+        // orphan's event has been handled.
+        timeout_ms: 50,
         private_data: Vec::new(),
-        max_cm_retries: 1,
+        max_cm_retries: 5,
     };
     send_sidr_req(&pair.active, &params).unwrap();
     // Queued behind the SIDR_REQ: its new id is made before this runs, and
@@ -82,6 +86,10 @@ fn hardening_01_sidr_req_after_listener_destroyed_gets_unsupported() {
     let got = pair.rec.wait(Some(&pair.active), IB_CM_SIDR_REP_RECEIVED);
     assert_eq!(got.sidr_status, Some(IB_SIDR_UNSUPPORTED as u8));
     assert_eq!(pair.rec.count(IB_CM_SIDR_REQ_RECEIVED), 0);
+    // Answered once, to the retransmission: the orphan said nothing.
+    assert_eq!(pair.loop_b().sent(attr::SIDR_REP), 1);
+    let retries = pair.a.counters(1).unwrap().snapshot().tx_retries;
+    assert!(retries[attr_index(attr::SIDR_REQ).unwrap()] >= 1);
     wait_until("the refused id is gone", || pair.b.id_count() == 1);
     destroy_id(&blocker, 0);
     pair.finish(&[]);
@@ -96,10 +104,17 @@ fn new_ids(rec: &Recorder) -> Vec<Arc<CmIdPriv>> {
         .collect()
 }
 
+/// The backlog counts new ids whose request event waits for the worker: REQs
+/// that arrive while a handler blocks it fill it, the one beyond is dropped
+/// and counted; once the events are handled, its retransmission gets in.
 #[test]
 fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
     let pair = Pair::new();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
+    let gate = Arc::new(Gate::default());
+    let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
+    gate.block(&blocker);
+    gate.wait_entered(1);
     let mut params = pair.req_params();
     params.remote_cm_response_timeout = 31; // no retransmission in this test
     let full: Vec<_> = (0..LISTEN_BACKLOG)
@@ -110,34 +125,28 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
             id
         })
         .collect();
-    wait_until("the backlog is full", || {
-        pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG
-    });
-    assert_eq!(counters(&pair.b).rx_listen_overflows, 0);
-
-    // One more: dropped silently and counted; its retransmissions too, while
-    // the backlog stays full.
+    // One more, queued behind them: their events, queued when the worker
+    // takes their REQs, come after it.
     let extra = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
     params.qp_num = 0x20_0000;
     // Retransmitted every second, for 15 s: longer than any wait here.
     params.remote_cm_response_timeout = 18;
     params.max_cm_retries = 15;
     send_req(&extra, &params).unwrap();
-    wait_until("REQs beyond the backlog are counted", || {
-        counters(&pair.b).rx_listen_overflows >= 2
+    gate.release(1);
+    wait_until("the REQ beyond the backlog is counted", || {
+        counters(&pair.b).rx_listen_overflows == 1
     });
-    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), LISTEN_BACKLOG);
-    assert_eq!(pair.b.id_count(), 1 + LISTEN_BACKLOG);
     assert_eq!(extra.state(), IB_CM_REQ_SENT);
+    wait_until("the backlog's events are handled", || {
+        pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG
+    });
 
-    // Once the user answers one, the next retransmission gets through.
-    let children = new_ids(&pair.rec);
-    send_rej(&children[0], IB_CM_REJ_CONSUMER_DEFINED as u16, &[], &[]).unwrap();
-    let got = pair.rec.wait(None, IB_CM_REQ_RECEIVED);
-    assert_eq!(got.id, children[0].addr()); // the first; wait for the new one:
+    // Their events were taken (none answered): the retransmission gets in.
     wait_until("the retransmitted REQ is taken", || {
         pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG + 1
     });
+    assert_eq!(counters(&pair.b).rx_listen_overflows, 1);
     let last = new_ids(&pair.rec).pop().unwrap();
     assert_eq!(last.state(), IB_CM_REQ_RCVD);
     assert_eq!(
@@ -148,6 +157,7 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
     for id in new_ids(&pair.rec).iter().chain(&full) {
         destroy_id(id, 0);
     }
+    destroy_id(&blocker, 0);
     pair.finish(&[&extra]);
 }
 
@@ -187,60 +197,75 @@ fn hardening_03_listen_racing_destroy_never_revives_the_id() {
     super::super::close_device(&device).unwrap();
 }
 
+/// A new id holds its backlog place until its REQ_RECEIVED
+/// (SIDR_REQ_RECEIVED) handler has run, answered or not, as ucma holds one
+/// until userspace reads the event; or until it is destroyed first.
 #[test]
-fn hardening_05b_backlog_counts_new_ids_until_answered_rejected_or_destroyed() {
+fn hardening_05b_backlog_counts_new_ids_until_their_request_event_is_handled() {
     let pair = Pair::new();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
     pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0));
     let backlog = || pair.listener.backlog.load(Ordering::Acquire);
-    let mut params = pair.req_params();
-    params.remote_cm_response_timeout = 31;
-    let mut next_req = |qpn: u32| {
-        let id = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
-        params.qp_num = qpn;
-        let n = pair.rec.count(IB_CM_REQ_RECEIVED) + 1;
-        send_req(&id, &params).unwrap();
-        wait_until("REQ_RECEIVED", || pair.rec.count(IB_CM_REQ_RECEIVED) == n);
-        (id, new_ids(&pair.rec).pop().unwrap())
+    let gate = Arc::new(Gate::default());
+    let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
+    let mut held = 0;
+    // Runs `send` while the worker is held, and holds it again right behind
+    // the request: its new id is made, its event waits.
+    let mut queue_request = |send: &dyn Fn()| {
+        gate.block(&blocker);
+        held += 1;
+        gate.wait_entered(held);
+        send();
+        gate.block(&blocker);
+        gate.release(held);
+        held += 1;
+        gate.wait_entered(held);
+        held
     };
 
-    // Answered with a REP, after an MRA (still waiting while MRA_REQ_SENT).
-    let (a1, answered) = next_req(0x100);
+    // Queued: counted; handled (and left unanswered): free.
+    let mut params = pair.req_params();
+    params.remote_cm_response_timeout = 31;
+    let a1 = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
+    params.qp_num = 0x100;
+    let n = queue_request(&|| send_req(&a1, &params).unwrap());
     assert_eq!(backlog(), 1);
-    prepare_mra(&answered).unwrap();
+    gate.release(n);
+    let taken = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    wait_until("the handled REQ's place is free", || backlog() == 0);
+    assert_eq!(taken.state(), IB_CM_REQ_RCVD);
+
+    // Destroyed before its event ran: free at once, and never delivered.
+    let a2 = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
+    params.qp_num = 0x200;
+    let n = queue_request(&|| send_req(&a2, &params).unwrap());
     assert_eq!(backlog(), 1);
-    send_rep(&answered, &rep_params(&[])).unwrap();
-    assert_eq!(backlog(), 0);
-    // Rejected by the user; destroyed unanswered.
-    let (a2, rejected) = next_req(0x200);
-    send_rej(&rejected, IB_CM_REJ_CONSUMER_DEFINED as u16, &[], &[]).unwrap();
-    assert_eq!(backlog(), 0);
-    let (a3, dropped) = next_req(0x300);
+    let local_id = u32::from_be(a2.public.local_id.load(Ordering::Relaxed));
+    let dropped = tables().find_remote_id(pair.a.node_guid, local_id).unwrap();
     destroy_id(&dropped, 0);
     assert_eq!(backlog(), 0);
-    // Rejected by the peer (its destroy sends REJ TIMEOUT).
-    let (a4, given_up) = next_req(0x400);
-    assert_eq!(backlog(), 1);
-    destroy_id(&a4, 0);
-    pair.rec.wait(Some(&given_up), IB_CM_REJ_RECEIVED);
-    assert_eq!(backlog(), 0);
+    gate.release(n);
+    pair.rec.wait(Some(&a2), IB_CM_REJ_RECEIVED);
+    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), 1);
 
-    // A SIDR_REQ's new id waits until its SIDR_REP.
-    let params = SidrReqParams {
+    // A SIDR_REQ's new id likewise.
+    let sidr_params = SidrReqParams {
         path: pair.a.init_path(1, &pair.b.ports[0].gids[0].gid).unwrap(),
         service_id: SERVICE_ID,
         timeout_ms: 60_000,
         private_data: Vec::new(),
         max_cm_retries: 1,
     };
-    send_sidr_req(&pair.active, &params).unwrap();
-    let sidr = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    let n = queue_request(&|| send_sidr_req(&pair.active, &sidr_params).unwrap());
     assert_eq!(backlog(), 1);
+    gate.release(n);
+    let sidr = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    wait_until("the handled SIDR_REQ's place is free", || backlog() == 0);
+    assert_eq!(sidr.state(), IB_CM_SIDR_REQ_RCVD);
     send_sidr_rep(&sidr, &SidrRepParams::default()).unwrap();
-    assert_eq!(backlog(), 0);
 
-    for id in [&a1, &a2, &a3, &sidr] {
+    for id in [&a1, &a2, &sidr, &blocker] {
         destroy_id(id, 0);
     }
-    pair.finish(&[&answered, &rejected, &given_up]);
+    pair.finish(&[&taken]);
 }

@@ -14,6 +14,7 @@ mod hardening;
 mod hardening_device;
 mod hardening_worker;
 mod hostile;
+mod hostile_b;
 mod lap;
 mod lifecycle;
 mod logging;

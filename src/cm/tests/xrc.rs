@@ -36,6 +36,7 @@ fn xrc_req(raw: &Raw, to: &Device, local_comm_id: u32, qpn: u32) -> Req {
         service_id: SERVICE_ID,
         local_ca_guid: raw.me.node_guid,
         local_qpn: qpn,
+        pkey: 0xffff, // the port's: a REQ in another partition is rejected
         initiator_depth: 1,
         transport_service_type: TransportType::Xrc,
         extended_transport_type: 1,
