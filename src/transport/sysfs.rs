@@ -39,6 +39,11 @@ pub struct SysPort {
     pub port_num: u8,
     pub active: bool,
     pub lid: u16,
+    /// The LID mask count (LMC): the port answers to 2^lmc LIDs from `lid`.
+    pub lmc: u8,
+    /// Where the subnet manager (and its SA) is: InfiniBand ports only.
+    pub sm_lid: u16,
+    pub sm_sl: u8,
     pub link_layer: LinkLayer,
     pub pkey: u16,
     pub gids: Vec<GidEntry>,
@@ -57,7 +62,7 @@ pub struct SysDevice {
 }
 
 fn read(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+    super::umad::read_text_file(path).map(|s| s.trim().to_owned())
 }
 
 /// `0123:4567:89ab:cdef` (node GUIDs) or a 39-character GID, as bytes.
@@ -149,6 +154,15 @@ fn read_port(port_dir: &Path, port_num: u8) -> SysPort {
         active: read(&port_dir.join("state")).is_some_and(|s| s.ends_with("ACTIVE")),
         lid: read(&port_dir.join("lid"))
             .and_then(|s| parse_hex_u16(&s))
+            .unwrap_or(0),
+        lmc: read(&port_dir.join("lid_mask_count"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        sm_lid: read(&port_dir.join("sm_lid"))
+            .and_then(|s| parse_hex_u16(&s))
+            .unwrap_or(0),
+        sm_sl: read(&port_dir.join("sm_sl"))
+            .and_then(|s| s.parse().ok())
             .unwrap_or(0),
         link_layer,
         pkey: read(&port_dir.join("pkeys/0"))

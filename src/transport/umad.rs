@@ -86,7 +86,9 @@ const _: () = {
 struct Lib {
     open_port: unsafe extern "C" fn(*const c_char, c_int) -> c_int,
     close_port: unsafe extern "C" fn(c_int) -> c_int,
-    register2: unsafe extern "C" fn(c_int, *mut UmadRegAttr, *mut u32) -> c_int,
+    /// At least one of the two registrations is there.
+    register2: Option<unsafe extern "C" fn(c_int, *mut UmadRegAttr, *mut u32) -> c_int>,
+    register: Option<unsafe extern "C" fn(c_int, c_int, c_int, u8, *mut [u64; 2]) -> c_int>,
     unregister: unsafe extern "C" fn(c_int, c_int) -> c_int,
     send: unsafe extern "C" fn(c_int, c_int, *mut c_void, c_int, c_int, c_int) -> c_int,
     recv: unsafe extern "C" fn(c_int, *mut c_void, *mut c_int, c_int) -> c_int,
@@ -126,17 +128,19 @@ fn load() -> Result<Lib, (Errno, &'static str)> {
             Some(Lib {
                 open_port: symbol(handle, c"umad_open_port")?,
                 close_port: symbol(handle, c"umad_close_port")?,
-                register2: symbol(handle, c"umad_register2")?,
+                register2: symbol(handle, c"umad_register2"),
+                register: symbol(handle, c"umad_register"),
                 unregister: symbol(handle, c"umad_unregister")?,
                 send: symbol(handle, c"umad_send")?,
                 recv: symbol(handle, c"umad_recv")?,
             })
         })()
     };
-    lib.ok_or((
-        ELIBACC,
-        "libibumad.so.3 lacks umad_register2: rdma-core too old",
-    ))
+    lib.filter(|l| l.register2.is_some() || l.register.is_some())
+        .ok_or((
+            ELIBACC,
+            "libibumad.so.3 lacks umad_* functions: rdma-core too old",
+        ))
 }
 
 fn lib() -> Result<&'static Lib, Errno> {
@@ -158,6 +162,9 @@ struct PortHandle {
     port_num: u8,
     fd: c_int,
     agent_id: Option<u32>,
+    /// Not a kernel fd but umad2sim's (ibsim's preload), whose poll sees
+    /// only its own fds.
+    simulated: bool,
 }
 
 impl Drop for PortHandle {
@@ -223,32 +230,102 @@ fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmRe
         port_num,
         fd,
         agent_id: None,
+        simulated: false,
     };
     // libibumad opens without O_CLOEXEC: a child that execs must not keep
-    // the CM agent registered.
+    // the CM agent registered. EBADF: not a kernel fd but a simulator's
+    // (umad2sim), which no child inherits anyway.
     // SAFETY: fcntl on an fd this handle owns.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
-        return Err(last_errno());
+        if last_errno().0 != libc::EBADF {
+            return Err(last_errno());
+        }
+        handle.simulated = true;
     }
-    let mut attr = UmadRegAttr {
-        mgmt_class: MGMT_CLASS_CM,
-        mgmt_class_version: CM_CLASS_VERSION,
-        flags: 0,
-        method_mask: [1 << METHOD_SEND, 0],
-        oui: 0,
-        rmpp_version: 0,
-    };
-    let mut agent_id = 0u32;
-    // SAFETY: `attr` and `agent_id` are valid for the call.
-    let rc = unsafe { (lib.register2)(fd, &mut attr, &mut agent_id) };
-    if rc != 0 {
-        return Err(registration_error(dev, port_num, Errno(rc.abs())));
-    }
+    let agent_id = register_cm_class(lib, fd).map_err(|e| registration_error(dev, port_num, e))?;
     handle.agent_id = Some(agent_id);
     Ok(UmadPort {
         handle,
         dead: Arc::new(AtomicBool::new(false)),
     })
+}
+
+/// Registers the CM class (version 2, method Send) on `fd`: with
+/// `umad_register2`, or `umad_register` where that is missing or refused as
+/// unknown (umad2sim, the ibsim preload, implements only the first ioctl).
+/// On a real port the kernel refuses a taken class with EINVAL to both, so
+/// the error returned is still the one that tells who holds it.
+fn register_cm_class(lib: &Lib, fd: c_int) -> Result<u32, Errno> {
+    let mut method_mask = [1u64 << METHOD_SEND, 0];
+    let mut refused = EINVAL;
+    if let Some(register2) = lib.register2 {
+        let mut attr = UmadRegAttr {
+            mgmt_class: MGMT_CLASS_CM,
+            mgmt_class_version: CM_CLASS_VERSION,
+            flags: 0,
+            method_mask,
+            oui: 0,
+            rmpp_version: 0,
+        };
+        let mut agent_id = 0u32;
+        // SAFETY: `attr` and `agent_id` are valid for the call.
+        let rc = unsafe { register2(fd, &mut attr, &mut agent_id) };
+        match rc.abs() {
+            0 => return Ok(agent_id),
+            e @ (libc::ENOSYS | libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL) => {
+                refused = Errno(e)
+            }
+            e => return Err(Errno(e)),
+        }
+    }
+    let Some(register) = lib.register else {
+        return Err(refused);
+    };
+    // SAFETY: the mask is the 128 bits umad_register reads.
+    let rc = unsafe {
+        register(
+            fd,
+            c_int::from(MGMT_CLASS_CM),
+            c_int::from(CM_CLASS_VERSION),
+            0,
+            &mut method_mask,
+        )
+    };
+    if rc < 0 {
+        return Err(Errno(-rc));
+    }
+    Ok(rc as u32)
+}
+
+/// Reads a small text file (sysfs) with libc's `open` and `read`, the calls
+/// umad2sim (ibsim's preload) redirects to its simulated sysfs; std::fs uses
+/// `open64`/`statx`, which it does not see. None if it cannot be read.
+pub fn read_text_file(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let cpath = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path and constant flags; the fd is checked.
+    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new fd that nothing else owns; closed when `_owned` drops.
+    let _owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        // SAFETY: `chunk` has room for the bytes asked for.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        match n {
+            0 => break,
+            n if n > 0 => text.extend_from_slice(&chunk[..n as usize]),
+            _ if last_errno().0 == libc::EINTR => continue,
+            _ => return None,
+        }
+        if text.len() > 1 << 20 {
+            return None; // not a sysfs attribute
+        }
+    }
+    String::from_utf8(text).ok()
 }
 
 /// What a refused registration of the CM class means, said once in the log.
@@ -327,6 +404,7 @@ impl UmadTransport {
             let reader = Reader {
                 lib,
                 fd: port.handle.fd,
+                simulated: port.handle.simulated,
                 wake: transport.wake.as_raw_fd(),
                 port_num: port.handle.port_num,
                 dev: dev.name.clone(),
@@ -350,6 +428,7 @@ impl UmadTransport {
 struct Reader {
     lib: &'static Lib,
     fd: c_int,
+    simulated: bool,
     wake: c_int,
     port_num: u8,
     dev: String,
@@ -360,6 +439,22 @@ struct Reader {
 impl Reader {
     /// Receives MADs until close wakes it or the port goes away.
     fn run(self) {
+        loop {
+            match self.wait() {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(None) => return, // closed
+                Err(Some(e)) => return self.port_gone(e),
+            }
+            if let Err(e) = self.receive() {
+                return self.port_gone(e);
+            }
+        }
+    }
+
+    /// Waits for a MAD (true), or nothing (false, a simulated port's tick);
+    /// `Err(None)` once closed, `Err(Some(e))` when the port is gone.
+    fn wait(&self) -> Result<bool, Option<Errno>> {
         let mut fds = [
             libc::pollfd {
                 fd: self.fd,
@@ -372,29 +467,33 @@ impl Reader {
                 revents: 0,
             },
         ];
-        loop {
-            // SAFETY: two valid pollfds; no timeout: only a MAD or close wakes it.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if ready < 0 {
-                if last_errno().0 == libc::EINTR {
-                    continue;
-                }
-                return self.port_gone(last_errno());
-            }
-            if fds[1].revents != 0 {
-                return; // closed
-            }
-            let revents = fds[0].revents;
-            if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-                // What ib_umad's poll says once the device is removed.
-                return self.port_gone(Errno(libc::EIO));
-            }
-            if revents & libc::POLLIN != 0
-                && let Err(e) = self.receive()
-            {
-                return self.port_gone(e);
-            }
+        // umad2sim's poll waits on its own fd only and ignores the others: a
+        // simulated port polls it alone for a while, then the wake fd.
+        let (count, timeout) = if self.simulated { (1, 100) } else { (2, -1) };
+        // SAFETY: `count` valid pollfds; a real port has no timeout: only a
+        // MAD or close wakes it.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), count, timeout) };
+        if ready < 0 {
+            let e = last_errno();
+            return if e.0 == libc::EINTR {
+                Ok(false)
+            } else {
+                Err(Some(e))
+            };
         }
+        if self.simulated {
+            // SAFETY: one valid pollfd (a kernel fd: umad2sim passes it on).
+            unsafe { libc::poll(&mut fds[1], 1, 0) };
+        }
+        if fds[1].revents != 0 {
+            return Err(None);
+        }
+        let revents = fds[0].revents;
+        if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            // What ib_umad's poll says once the device is removed.
+            return Err(Some(Errno(libc::EIO)));
+        }
+        Ok(revents & libc::POLLIN != 0)
     }
 
     /// Reads one MAD and hands it on; an error only when the port is unusable.
