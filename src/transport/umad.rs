@@ -34,6 +34,8 @@ const GSI_QPN: u32 = 1;
 const MGMT_CLASS_CM: u8 = 0x07;
 const CM_CLASS_VERSION: u8 = 2;
 const METHOD_SEND: u32 = 0x03;
+/// The common MAD header: the least a simulated port passes on.
+const MAD_HEADER_LEN: usize = 24;
 
 /// `struct umad_reg_attr` (umad.h).
 #[repr(C)]
@@ -162,6 +164,8 @@ struct PortHandle {
     port_num: u8,
     fd: c_int,
     agent_id: Option<u32>,
+    /// The SA client agent (class 0x03) of an InfiniBand port: path queries.
+    sa_agent_id: Option<u32>,
     /// Not a kernel fd but umad2sim's (ibsim's preload), whose poll sees
     /// only its own fds.
     simulated: bool,
@@ -172,7 +176,7 @@ impl Drop for PortHandle {
         // SAFETY: the fd and agent are this handle's, and nothing uses them
         // any more (readers are stopped before their ports are dropped).
         unsafe {
-            if let Some(agent_id) = self.agent_id {
+            for agent_id in [self.agent_id, self.sa_agent_id].into_iter().flatten() {
                 (self.lib.unregister)(self.fd, agent_id as c_int);
             }
             (self.lib.close_port)(self.fd);
@@ -213,7 +217,13 @@ fn last_errno() -> Errno {
 }
 
 /// Opens `port_num` of `dev` (`name`) and registers the CM class on it.
-fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmResult<UmadPort> {
+fn open_port(
+    lib: &'static Lib,
+    dev: &str,
+    name: &CString,
+    port_num: u8,
+    infiniband: bool,
+) -> CmResult<UmadPort> {
     // SAFETY: `name` is NUL-terminated; the port number is plain data.
     let fd = unsafe { (lib.open_port)(name.as_ptr(), c_int::from(port_num)) };
     if fd < 0 {
@@ -230,6 +240,7 @@ fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmRe
         port_num,
         fd,
         agent_id: None,
+        sa_agent_id: None,
         simulated: false,
     };
     // libibumad opens without O_CLOEXEC: a child that execs must not keep
@@ -242,26 +253,53 @@ fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmRe
         }
         handle.simulated = true;
     }
-    let agent_id = register_cm_class(lib, fd).map_err(|e| registration_error(dev, port_num, e))?;
+    let cm = AgentClass {
+        mgmt_class: MGMT_CLASS_CM,
+        version: CM_CLASS_VERSION,
+        method_mask: [1 << METHOD_SEND, 0],
+    };
+    let agent_id = register(lib, fd, &cm).map_err(|e| registration_error(dev, port_num, e))?;
     handle.agent_id = Some(agent_id);
+    if infiniband {
+        // A client of the SA: it sends queries and gets their answers only.
+        let sa = AgentClass {
+            mgmt_class: crate::sa::MGMT_CLASS_SA,
+            version: crate::sa::SA_CLASS_VERSION,
+            method_mask: [0, 0],
+        };
+        match register(lib, fd, &sa) {
+            Ok(id) => handle.sa_agent_id = Some(id),
+            Err(e) => ibcm_log!(
+                Warn,
+                "{dev} port {port_num}: cannot register an SA client ({e:?}): no path queries"
+            ),
+        }
+    }
     Ok(UmadPort {
         handle,
         dead: Arc::new(AtomicBool::new(false)),
     })
 }
 
-/// Registers the CM class (version 2, method Send) on `fd`: with
+/// A management class an agent registers for.
+struct AgentClass {
+    mgmt_class: u8,
+    version: u8,
+    method_mask: [u64; 2],
+}
+
+/// Registers an agent for `class` on `fd`: with
 /// `umad_register2`, or `umad_register` where that is missing or refused as
 /// unknown (umad2sim, the ibsim preload, implements only the first ioctl).
 /// On a real port the kernel refuses a taken class with EINVAL to both, so
 /// the error returned is still the one that tells who holds it.
-fn register_cm_class(lib: &Lib, fd: c_int) -> Result<u32, Errno> {
-    let mut method_mask = [1u64 << METHOD_SEND, 0];
+fn register(lib: &Lib, fd: c_int, class: &AgentClass) -> Result<u32, Errno> {
+    let mut method_mask = class.method_mask;
     let mut refused = EINVAL;
     if let Some(register2) = lib.register2 {
         let mut attr = UmadRegAttr {
-            mgmt_class: MGMT_CLASS_CM,
-            mgmt_class_version: CM_CLASS_VERSION,
+            mgmt_class: class.mgmt_class,
+            mgmt_class_version: class.version,
             flags: 0,
             method_mask,
             oui: 0,
@@ -285,8 +323,8 @@ fn register_cm_class(lib: &Lib, fd: c_int) -> Result<u32, Errno> {
     let rc = unsafe {
         register(
             fd,
-            c_int::from(MGMT_CLASS_CM),
-            c_int::from(CM_CLASS_VERSION),
+            c_int::from(class.mgmt_class),
+            c_int::from(class.version),
             0,
             &mut method_mask,
         )
@@ -387,7 +425,10 @@ impl UmadTransport {
             .ports
             .iter()
             .filter(|p| p.active)
-            .map(|p| open_port(lib, &dev.name, &name, p.port_num))
+            .map(|p| {
+                let infiniband = p.link_layer == super::sysfs::LinkLayer::InfiniBand;
+                open_port(lib, &dev.name, &name, p.port_num, infiniband)
+            })
             .collect::<CmResult<Vec<_>>>()?;
         // SAFETY: eventfd with constant flags; the result is checked.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -518,7 +559,23 @@ impl Reader {
                 e => Err(Errno(e)),
             };
         }
-        if buf.status != 0 || len < MAD_SIZE as c_int {
+        // umad2sim hands a MAD over as its sender wrote it (OpenSM writes an
+        // SA answer's 56 + 64 bytes) and in a 288-byte buffer with its 64-byte
+        // header, so the last 32 bytes of a full MAD never arrive: what is
+        // missing stays zero here, as the end of a MAD the SA padded would be.
+        let whole = if self.simulated {
+            MAD_HEADER_LEN
+        } else {
+            MAD_SIZE
+        };
+        if buf.status != 0 || len < whole as c_int {
+            ibcm_log!(
+                Debug,
+                "{} port {}: dropped a received MAD (status {}, {len} bytes)",
+                self.dev,
+                self.port_num,
+                buf.status
+            );
             return Ok(()); // a send completion or a short MAD: nothing for the CM
         }
         let a = buf.addr;
@@ -563,8 +620,14 @@ impl MadTransport for UmadTransport {
             return Err(ENODEV);
         }
         let port = &port.handle;
+        // The agent of the MAD's class: the SA's for path queries.
+        let agent_id = if mad[1] == crate::sa::MGMT_CLASS_SA {
+            port.sa_agent_id.ok_or(crate::errno::EOPNOTSUPP)?
+        } else {
+            port.agent_id.unwrap_or_default()
+        };
         let mut buf = UserMad {
-            agent_id: port.agent_id.unwrap_or_default(),
+            agent_id,
             status: 0,
             timeout_ms: 0,
             retries: 0,
