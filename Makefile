@@ -10,6 +10,8 @@
 #                 driven by rdma-core's tools in another
 #   make soak     the lifecycle stress for minutes: the C test under ASan, the
 #                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
+#   make ibfabric the InfiniBand scenarios on a simulated fabric (ibsim, OpenSM,
+#                 umad2sim; c-tests/ibfabric/): not part of make check yet
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -22,7 +24,7 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce interop miri tsan fuzz soak \
+        rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric miri tsan fuzz soak \
         clean help
 
 all: lib
@@ -83,7 +85,7 @@ symbols-check: stage
 define c_suite
 	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig cmake -S c-tests -B $(1) -DCMAKE_BUILD_TYPE=Debug $(2) >/dev/null
 	cmake --build $(1) -j2 >/dev/null
-	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE "softroce|interop"
+	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE "softroce|interop|ibfabric"
 endef
 
 c-build: stage
@@ -92,6 +94,11 @@ c-build: stage
 
 c-check: stage
 	$(call c_suite,$(BUILD)/c,)
+
+# The simulated InfiniBand fabric (ibsim + OpenSM, c-tests/ibfabric/):
+# skipped when ibsim-utils, opensm or infiniband-diags are not installed.
+ibfabric: c-build
+	cd $(BUILD)/c && ctest --output-on-failure -j2 --timeout 300 -L ibfabric
 
 c-asan: stage
 	$(call c_suite,$(BUILD)/c-asan,-DIBCM_SANITIZE=address)

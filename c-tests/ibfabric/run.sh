@@ -1,0 +1,104 @@
+#!/bin/sh
+# One scenario on the simulated InfiniBand fabric: starts ibsim with the
+# project's topology (net.ibcm) and OpenSM, runs ibfabric_peer processes on
+# its HCAs under libumad2sim.so, stops what it started. Logs stay in
+# LOGDIR/SCENARIO. Exit 77 (skipped) when ibsim, OpenSM or saquery is not
+# installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
+# not come up.
+#
+#   run.sh PEER LOGDIR path|connect-a|connect-b|rej
+set -u
+peer=$1 logroot=$2 scenario=$3
+here=$(cd "$(dirname "$0")" && pwd)
+sim_so=${IBSIM_PRELOAD:-/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so}
+
+for tool in ibsim opensm saquery ibstat; do
+    command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool not installed"; exit 77; }
+done
+[ -f "$sim_so" ] || { echo "SKIP: $sim_so not installed"; exit 77; }
+
+dir=$logroot/$scenario
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+# ibsim's sockets, private to this run (ctest runs scenarios side by side).
+IBSIM_SOCKNAME=ibcm-$scenario-$$
+export IBSIM_SOCKNAME
+pids=
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    i=0
+    for p in $pids; do
+        while kill -0 "$p" 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
+        kill -9 "$p" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Waits up to $2 seconds for $3 to appear in file $1.
+wait_for() {
+    i=0
+    while ! grep -q "$3" "$1" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt $(($2 * 10)) ] && return 1
+        sleep 0.1
+    done
+}
+
+# ibsim reads commands from stdin and spins at its end: give it a fifo that
+# this script holds open.
+mkfifo ibsim.in && exec 3<>ibsim.in
+ibsim -s "$here/net.ibcm" >ibsim.log 2>&1 <ibsim.in &
+pids="$!"
+wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; cat ibsim.log; exit 77; }
+LD_PRELOAD=$sim_so opensm -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
+pids="$! $pids"
+wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
+# OpenSM is MASTER once it has swept the fabric; its SA answers at once.
+
+# on HCA ARGS...: runs ARGS on HCA under the preload, bounded.
+on() {
+    hca=$1
+    shift
+    IBCM_DEV_A=ibsim0 SIM_HOST=$hca LD_PRELOAD=$sim_so timeout 60 "$@"
+}
+
+port_guid() {
+    on "$1" ibstat -p 2>/dev/null | head -n 1
+}
+
+port_lid() {
+    on "$1" ibstat 2>/dev/null | sed -n 's/.*Base lid: //p' | head -n 1
+}
+
+# Runs the server side ($1) on Hca2 in the background and the client
+# ($2) on Hca1: REQ/REP/RTU and DREQ/DREP across both switches.
+two_sides() {
+    on Hca2 "$peer" "$1" "$dir" "$3" >server.out 2>&1 &
+    server=$!
+    on Hca1 "$peer" "$2" "$dir" "$3" >client.out 2>&1
+    crc=$?
+    [ "$1" = idle ] && touch "$dir/stop"
+    wait $server
+    src=$?
+    echo "--- server (Hca2, rc $src)"; cat server.out
+    echo "--- client (Hca1, rc $crc)"; cat client.out
+    [ $src = 0 ] && [ $crc = 0 ]
+}
+
+case $scenario in
+path)
+    src=$(port_lid Hca1) dst=$(port_lid Hca2) dst_guid=$(port_guid Hca2)
+    keys='dlid|slid|sl|mtu|rate|pkt_life|pkey|hop_flow_raw|tclass|num_path_revers'
+    on Hca1 saquery -p --src-to-dst "$src:$dst" >saquery.out 2>&1 || { cat saquery.out; exit 1; }
+    sed -n 's/^[[:space:]]*\([a-z_]*\)\.\.*\(.*\)$/\1 \2/p' saquery.out | grep -E "^($keys) " | sort >sa.txt
+    on Hca1 "$peer" path "$dst_guid" >peer.out 2>&1 || { cat peer.out; exit 1; }
+    grep -E "^($keys) " peer.out | sort >ibcm.txt
+    echo "saquery -p --src-to-dst $src:$dst        | ibcm_init_path"
+    paste sa.txt ibcm.txt
+    [ -s sa.txt ] && diff sa.txt ibcm.txt
+    ;;
+connect-a) two_sides server client a ;;
+connect-b) two_sides server client b ;;
+rej) two_sides idle rej x ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
