@@ -53,7 +53,6 @@ wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not s
 LD_PRELOAD=$sim_so opensm -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
 pids="$! $pids"
 wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
-# OpenSM is MASTER once it has swept the fabric; its SA answers at once.
 
 # on HCA ARGS...: runs ARGS on HCA under the preload, bounded.
 on() {
@@ -61,6 +60,16 @@ on() {
     shift
     IBCM_DEV_A=ibsim0 SIM_HOST=$hca LD_PRELOAD=$sim_so timeout 60 "$@"
 }
+
+# MASTER comes before the ports are ACTIVE: wait for each HCA's port.
+for hca in Hca1 Hca2 Hca3 Hca4; do
+    i=0
+    until on $hca ibstat 2>/dev/null | grep -q "State: Active"; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "SKIP: $hca never ACTIVE"; exit 77; }
+        sleep 0.1
+    done
+done
 
 port_guid() {
     on "$1" ibstat -p 2>/dev/null | head -n 1
