@@ -39,6 +39,8 @@ pub struct Port {
     pub port_num: u8,
     pub lid: u16,
     pub pkey: u16,
+    /// The P_Key table, by index.
+    pub pkeys: Vec<u16>,
     /// Where the SM's SA answers path queries (InfiniBand ports; 0: no SM).
     pub sm_lid: u16,
     pub sm_sl: u8,
@@ -58,6 +60,19 @@ impl Port {
     /// The GID at table index `index`.
     pub fn gid(&self, index: u8) -> Option<[u8; 16]> {
         self.gids.iter().find(|g| g.index == index).map(|g| g.gid)
+    }
+
+    /// The P_Key index MADs of partition `pkey` are sent with, as the
+    /// kernel's `ib_find_cached_pkey`: the same partition (low 15 bits), a
+    /// full member preferred.
+    pub fn pkey_index(&self, pkey: u16) -> Option<u16> {
+        let same_partition = |p: &&u16| *p & 0x7fff == pkey & 0x7fff && *p & 0x7fff != 0;
+        let full = self
+            .pkeys
+            .iter()
+            .position(|p| same_partition(&p) && p & 0x8000 != 0);
+        full.or_else(|| self.pkeys.iter().position(|p| same_partition(&p)))
+            .map(|i| i as u16)
     }
 
     /// RoCE ports send every MAD with a GRH.
@@ -123,6 +138,7 @@ impl Device {
                             port_num: p.port_num,
                             lid: p.lid,
                             pkey: p.pkey,
+                            pkeys: p.pkeys.clone(),
                             sm_lid: p.sm_lid,
                             sm_sl: p.sm_sl,
                             link_layer: p.link_layer,
@@ -150,6 +166,7 @@ impl Device {
                 port_num: 1,
                 lid: me.lid,
                 pkey: DEFAULT_PKEY,
+                pkeys: vec![DEFAULT_PKEY],
                 sm_lid: 0,
                 sm_sl: 0,
                 link_layer,

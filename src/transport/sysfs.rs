@@ -46,6 +46,8 @@ pub struct SysPort {
     pub sm_sl: u8,
     pub link_layer: LinkLayer,
     pub pkey: u16,
+    /// The P_Key table, by index (empty slots are 0).
+    pub pkeys: Vec<u16>,
     pub gids: Vec<GidEntry>,
     /// The active path MTU as an IB MTU code (`enum ib_mtu`: 1 = 256 … 5 =
     /// 4096): on RoCE from the netdev's MTU as the kernel computes it
@@ -108,6 +110,14 @@ fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
     gids
 }
 
+/// The P_Key table: `pkeys/0`, `pkeys/1`, … up to the first missing entry.
+fn read_pkeys(port_dir: &Path) -> Vec<u16> {
+    (0..=u16::MAX)
+        .map_while(|index| read(&port_dir.join(format!("pkeys/{index}"))))
+        .map(|text| parse_hex_u16(&text).unwrap_or(0))
+        .collect()
+}
+
 /// `iboe_get_mtu()`: the largest IB MTU that fits an Ethernet MTU once the
 /// RoCE headers (GRH, UDP, BTH, XRC and atomic extended headers, ICRC: 96
 /// bytes) are taken off.
@@ -168,6 +178,7 @@ fn read_port(port_dir: &Path, port_num: u8) -> SysPort {
         pkey: read(&port_dir.join("pkeys/0"))
             .and_then(|s| parse_hex_u16(&s))
             .unwrap_or(0xffff),
+        pkeys: read_pkeys(port_dir),
         gids,
     }
 }
@@ -251,6 +262,7 @@ mod tests {
         assert!(port.active);
         assert_eq!(port.link_layer, LinkLayer::Ethernet);
         assert_eq!(port.pkey, 0xffff);
+        assert_eq!(port.pkeys, [0xffff]);
         assert_eq!(port.gids.len(), 2);
         assert_eq!(port.gids[1].gid_type, GidType::RoceV2);
         assert_eq!(port.gids[1].gid[10..], [0xff, 0xff, 10, 77, 0, 1]);
