@@ -9,6 +9,7 @@
  *                                       ready; a: the client disconnects,
  *                                       b: this side does
  *   ibfabric_peer client DIR a|b        connects to DIR/server.gid's port
+ *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
  *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
  *
@@ -233,6 +234,17 @@ int main(int argc, char **argv) {
     struct sa_path_rec path;
     path_to(&gid, &path);
     print_path(&path);
+    rc = 0;
+  } else if (!strcmp(argv[1], "patherr") && argc > 3) {
+    union ib_gid gid = {.raw = {0xfe, 0x80}};
+    uint64_t guid = htobe64(strtoull(argv[2], NULL, 0));
+    memcpy(&gid.raw[8], &guid, 8);
+    struct sa_path_rec path;
+    long long t0 = now_ms();
+    int err = ibcm_init_path(dev_a, 1, &gid, &path);
+    printf("ibcm_init_path to %s: %d (%s) after %lld ms\n", argv[2], err, strerror(-err),
+           now_ms() - t0);
+    CHECK_EQ(err, -atoi(argv[3]));
     rc = 0;
   } else if (!strcmp(argv[1], "server") && argc > 3) {
     rc = server(argv[2], argv[3][0]);

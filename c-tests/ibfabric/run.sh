@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|connect-a|connect-b|rej
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej
 set -u
 peer=$1 logroot=$2 scenario=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -105,6 +105,13 @@ path)
     echo "saquery -p --src-to-dst $src:$dst        | ibcm_init_path"
     paste sa.txt ibcm.txt
     [ -s sa.txt ] && diff sa.txt ibcm.txt
+    ;;
+sa-errors)
+    # No such port: the SA answers with an error status (-EINVAL); then
+    # without OpenSM, nobody answers (-ETIMEDOUT).
+    on Hca1 "$peer" patherr 0x123456789 22 || exit 1
+    kill $(echo $pids | cut -d' ' -f1)
+    on Hca1 "$peer" patherr "$(port_guid Hca2)" 110 || exit 1
     ;;
 connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;
