@@ -3,7 +3,8 @@
 #   make run      the main job: ibcm-cmtime on the in-process fabric (installs
 #                 what it needs first)
 #   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
-#                 and the SoftRoCE suite in a QEMU VM (IBCM_SKIP_SOFTROCE=1 skips it)
+#                 the simulated InfiniBand fabric, and the SoftRoCE suite in a QEMU VM
+#                 (IBCM_SKIP_SOFTROCE=1 skips it)
 #   make softroce the C suite on rxe0/rxe1 inside one VM, and the kernel-CM
 #                 coexistence check in a second VM
 #   make interop  the interoperability suite: libib_cm in one VM, the kernel CM
@@ -11,7 +12,7 @@
 #   make soak     the lifecycle stress for minutes: the C test under ASan, the
 #                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
 #   make ibfabric the InfiniBand scenarios on a simulated fabric (ibsim, OpenSM,
-#                 umad2sim; c-tests/ibfabric/): not part of make check yet
+#                 umad2sim; c-tests/ibfabric/; about 30 s; skipped without them)
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -178,6 +179,7 @@ check: deps
 	$(MAKE) c-check
 	$(MAKE) c-asan
 	$(MAKE) c-valgrind
+	$(MAKE) ibfabric
 	@if [ "$${IBCM_SKIP_SOFTROCE:-0}" = 1 ]; then echo "softroce, interop: skipped (IBCM_SKIP_SOFTROCE=1)"; \
 	else $(MAKE) softroce && $(MAKE) interop; fi
 

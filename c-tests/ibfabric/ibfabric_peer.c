@@ -7,7 +7,9 @@
  *                                       to port GUID (as saquery prints it)
  *   ibfabric_peer server DIR a|b        listens; writes DIR/server.gid once
  *                                       ready; a: the client disconnects,
- *                                       b: this side does
+ *                                       b: this side does, k: once
+ *                                       established, writes DIR/server.pid
+ *                                       and waits to be killed
  *   ibfabric_peer client DIR a|b        connects to DIR/server.gid's port
  *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
@@ -159,6 +161,16 @@ static int server(const char *dir, char who) {
   const struct cm_ev *rtu = wait_event_from(0, id, IB_CM_RTU_RECEIVED, 20000);
   /* A DREQ may have come right behind the RTU. */
   CHECK(rtu->state == IB_CM_ESTABLISHED || (who == 'a' && rtu->state == IB_CM_DREQ_RCVD));
+  if (who == 'k') {
+    char name[512];
+    snprintf(name, sizeof(name), "%s/server.pid", dir);
+    FILE *f = fopen(name, "w");
+    CHECK(f != NULL);
+    fprintf(f, "%d\n", (int)getpid());
+    CHECK_EQ(fclose(f), 0);
+    sleep_ms(60000);
+    test_fail(__FILE__, __LINE__, "not killed within 60 s");
+  }
   if (who == 'b')
     disconnect_actively(id);
   else
@@ -184,14 +196,35 @@ static struct ib_cm_id *send_req(const char *dir, uint64_t service_id) {
   return id;
 }
 
+/* The peer process was killed (run.sh touches DIR/killed then): the DREQ
+ * goes unanswered through every retry, then DREQ_ERROR and timewait, as the
+ * kernel's cm_dreq_handler-less side sees it. */
+static void disconnect_a_dead_peer(const char *dir, struct ib_cm_id *id) {
+  char name[512];
+  snprintf(name, sizeof(name), "%s/killed", dir);
+  for (long long until = now_ms() + 30000; access(name, F_OK) != 0;) {
+    if (now_ms() > until)
+      test_fail(__FILE__, __LINE__, "the peer was not killed within 30 s");
+    sleep_ms(50);
+  }
+  CHECK_EQ(ib_send_cm_dreq(id, NULL, 0), 0);
+  const struct cm_ev *err = wait_event_from(0, id, IB_CM_DREQ_ERROR, 30000);
+  CHECK_EQ(err->state, IB_CM_TIMEWAIT);
+  wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 30000);
+  CHECK_EQ(count_events(id, IB_CM_DREP_RECEIVED), 0);
+  printf("DREQ_ERROR then TIMEWAIT_EXIT: the dead peer never answered\n");
+}
+
 static int client(const char *dir, char who) {
   set_drep_pattern();
   struct ib_cm_id *id = send_req(dir, SERVICE_ID);
   const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, 20000);
   check_pd(rep, REP_PD_AT, IB_CM_REP_PRIVATE_DATA_SIZE, REP_PD_SEED);
-  if (who == 'a') /* else the peer's DREQ may be here already */
+  if (who != 'b') /* else the peer's DREQ may be here already */
     CHECK_STATE(id, IB_CM_ESTABLISHED);
-  if (who == 'a')
+  if (who == 'k')
+    disconnect_a_dead_peer(dir, id);
+  else if (who == 'a')
     disconnect_actively(id);
   else
     disconnect_passively(id);

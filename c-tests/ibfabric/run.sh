@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|killed
 set -u
 peer=$1 logroot=$2 scenario=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -116,5 +116,24 @@ sa-errors)
 connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;
 rej) two_sides idle rej x ;;
+killed)
+    # The passive side's process dies once established (SIGKILL): the
+    # active side's DREQ ends in DREQ_ERROR and timewait.
+    on Hca2 "$peer" server "$dir" k >server.out 2>&1 &
+    on Hca1 "$peer" client "$dir" k >client.out 2>&1 &
+    client=$!
+    i=0
+    until [ -s "$dir/server.pid" ]; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "the server never got established"; cat server.out client.out; exit 1; }
+        sleep 0.1
+    done
+    kill -9 "$(cat "$dir/server.pid")"
+    touch "$dir/killed"
+    wait $client
+    crc=$?
+    echo "--- client (Hca1, rc $crc)"; cat client.out
+    [ $crc = 0 ]
+    ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
