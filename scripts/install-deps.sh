@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing ib_cm needs on a fresh Debian 12 machine
 # that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils,
-# libibverbs-dev (verbs.h for one test), mandoc and groff (man pages), a
+# libibverbs-dev (verbs.h for one test), mandoc and groff (man pages), ibsim,
+# OpenSM and infiniband-diags (the simulated InfiniBand fabric), a
 # pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.
 set -euo pipefail
@@ -9,7 +10,8 @@ set -euo pipefail
 CBINDGEN_VERSION=0.29.4
 need_apt=()
 for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils readelf:binutils \
-            mandoc:mandoc groff:groff-base; do
+            mandoc:mandoc groff:groff-base \
+            ibsim:ibsim-utils opensm:opensm saquery:infiniband-diags; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # <infiniband/verbs.h>, for the C test of ib_cm_init_qp_attr.
