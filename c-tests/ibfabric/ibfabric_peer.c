@@ -12,6 +12,8 @@
  *                                       and waits to be killed
  *   ibfabric_peer client DIR a|b        connects to DIR/server.gid's port
  *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
+ *   ibfabric_peer sidr-server DIR       answers a SIDR REQ (writes DIR/server.gid)
+ *   ibfabric_peer sidr-client DIR       a SIDR REQ to it
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
  *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
  *
@@ -33,6 +35,12 @@
 #define DREP_PD_AT 32
 #define REQ_PD_AT 164
 #define REP_PD_AT 60
+#define SIDR_REQ_PD_AT 40
+#define SIDR_REP_PD_AT 120
+#define SIDR_REQ_PD_SEED 0x66
+#define SIDR_REP_PD_SEED 0x77
+#define SIDR_QPN 0x123456u
+#define SIDR_QKEY 0x11111111u
 
 static size_t delivered(size_t at, size_t len) {
   return at + len <= MAD_DELIVERED ? len : MAD_DELIVERED - at;
@@ -245,6 +253,63 @@ static int rej(const char *dir) {
   return 0;
 }
 
+/* Answers a SIDR REQ from the handler, as a kernel ULP does. */
+static int sidr_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
+  struct cm_ev *e = capture_event(cm_id, event);
+  if (event->event == IB_CM_SIDR_REQ_RECEIVED) {
+    static uint8_t pd[IB_CM_SIDR_REP_PRIVATE_DATA_SIZE];
+    fill_pattern(pd, sizeof(pd), SIDR_REP_PD_SEED);
+    struct ib_cm_sidr_rep_param rep;
+    memset(&rep, 0, sizeof(rep));
+    rep.qp_num = SIDR_QPN;
+    rep.qkey = SIDR_QKEY;
+    rep.status = IB_SIDR_SUCCESS;
+    rep.private_data = pd;
+    rep.private_data_len = sizeof(pd);
+    CHECK_EQ(ib_send_cm_sidr_rep(cm_id, &rep), 0);
+  }
+  publish_event(e);
+  return 0;
+}
+
+static int sidr_server(const char *dir) {
+  struct ib_cm_id *listener = create_id(dev_a, sidr_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  write_gid(dir);
+  const struct cm_ev *req = wait_event_from(0, NULL, IB_CM_SIDR_REQ_RECEIVED, 20000);
+  check_pd(req, SIDR_REQ_PD_AT, IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE, SIDR_REQ_PD_SEED);
+  ib_destroy_cm_id(req->id);
+  ib_destroy_cm_id(listener);
+  return 0;
+}
+
+static int sidr_client(const char *dir) {
+  union ib_gid gid = read_gid(dir);
+  struct sa_path_rec path;
+  path_to(&gid, &path);
+  static uint8_t pd[IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE];
+  fill_pattern(pd, sizeof(pd), SIDR_REQ_PD_SEED);
+  struct ib_cm_sidr_req_param req;
+  memset(&req, 0, sizeof(req));
+  req.path = &path;
+  req.service_id = htobe64(SERVICE_ID);
+  req.timeout_ms = 1000;
+  req.private_data = pd;
+  req.private_data_len = sizeof(pd);
+  req.max_cm_retries = 3;
+  struct ib_cm_id *id = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_send_cm_sidr_req(id, &req), 0);
+  const struct cm_ev *rep = wait_event_from(0, id, IB_CM_SIDR_REP_RECEIVED, 20000);
+  CHECK_EQ(rep->param.sidr_rep_rcvd.status, IB_SIDR_SUCCESS);
+  CHECK_EQ(rep->param.sidr_rep_rcvd.qpn, SIDR_QPN);
+  CHECK_EQ(rep->param.sidr_rep_rcvd.qkey, SIDR_QKEY);
+  check_pd(rep, SIDR_REP_PD_AT, IB_CM_SIDR_REP_PRIVATE_DATA_SIZE, SIDR_REP_PD_SEED);
+  printf("SIDR_REP_RECEIVED: QPN %#x, Q_Key %#x\n", rep->param.sidr_rep_rcvd.qpn,
+         rep->param.sidr_rep_rcvd.qkey);
+  ib_destroy_cm_id(id);
+  return 0;
+}
+
 static int idle(const char *dir) {
   char stop[512];
   write_gid(dir);
@@ -283,6 +348,10 @@ int main(int argc, char **argv) {
     rc = server(argv[2], argv[3][0]);
   } else if (!strcmp(argv[1], "client") && argc > 3) {
     rc = client(argv[2], argv[3][0]);
+  } else if (!strcmp(argv[1], "sidr-server")) {
+    rc = sidr_server(argv[2]);
+  } else if (!strcmp(argv[1], "sidr-client")) {
+    rc = sidr_client(argv[2]);
   } else if (!strcmp(argv[1], "idle")) {
     rc = idle(argv[2]);
   } else if (!strcmp(argv[1], "rej")) {

@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|killed
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed
 set -u
 peer=$1 logroot=$2 scenario=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -116,6 +116,7 @@ sa-errors)
 connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;
 rej) two_sides idle rej x ;;
+sidr) two_sides sidr-server sidr-client x ;;
 killed)
     # The passive side's process dies once established (SIGKILL): the
     # active side's DREQ ends in DREQ_ERROR and timewait.
