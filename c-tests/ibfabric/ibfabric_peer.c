@@ -14,6 +14,9 @@
  *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
  *   ibfabric_peer sidr-server DIR       answers a SIDR REQ (writes DIR/server.gid)
  *   ibfabric_peer sidr-client DIR       a SIDR REQ to it
+ *   ibfabric_peer mesh DIR N I ROUNDS   process I of N (all-to-all): ROUNDS
+ *                                       connections to each of I+1..N-1,
+ *                                       each disconnected with DREQ/DREP
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
  *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
  *
@@ -26,6 +29,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DREQ_PD_SEED 0x44
@@ -310,6 +314,89 @@ static int sidr_client(const char *dir) {
   return 0;
 }
 
+static void write_gid_as(const char *dir, int me) {
+  char name[512];
+  snprintf(name, sizeof(name), "%s/%d", dir, me);
+  CHECK(mkdir(name, 0700) == 0 || errno == EEXIST);
+  write_gid(name);
+}
+
+/* Checks the private data of every event of `type` logged from `since`. */
+static void check_every_pd(unsigned since, enum ib_cm_event_type type, unsigned n, size_t at,
+                           size_t len, unsigned seed) {
+  for (unsigned i = 0; i < n; i++) {
+    const struct cm_ev *e = wait_event_from(since, NULL, type, 60000);
+    size_t d = delivered(at, len);
+    CHECK(e->pd_len >= d && check_pattern(e->pd, d, seed));
+    since = e->seq + 1;
+  }
+}
+
+static int mesh(const char *dir, int n, int me, int rounds) {
+  struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  set_drep_pattern();
+  write_gid_as(dir, me);
+  long long t0 = now_ms();
+  int actives = (n - 1 - me) * rounds, passives = me * rounds;
+  struct ib_cm_id **ids = calloc((size_t)actives + 1, sizeof(*ids));
+  CHECK(ids != NULL);
+  int k = 0;
+  for (int j = me + 1; j < n; j++) {
+    char peer_dir[512];
+    snprintf(peer_dir, sizeof(peer_dir), "%s/%d", dir, j);
+    union ib_gid gid = read_gid(peer_dir);
+    static struct sa_path_rec paths[64];
+    path_to(&gid, &paths[j]);
+    struct conn_opts o;
+    conn_opts_default(&o);
+    o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
+    for (int r = 0; r < rounds; r++) {
+      struct ib_cm_req_param req;
+      req_param_init(&req, &paths[j], &o, next_qpn());
+      ids[k] = create_id(dev_a, test_handler, NULL);
+      CHECK_EQ(ib_send_cm_req(ids[k++], &req), 0);
+    }
+  }
+  /* Established both ways: REPs for ours, RTUs for theirs. */
+  wait_count(IB_CM_REP_RECEIVED, (unsigned)actives, 60000);
+  wait_count(IB_CM_RTU_RECEIVED, (unsigned)passives, 60000);
+  long long t_up = now_ms();
+  unsigned mark = log_mark();
+  uint8_t pd[IB_CM_DREQ_PRIVATE_DATA_SIZE];
+  fill_pattern(pd, sizeof(pd), DREQ_PD_SEED);
+  for (int i = 0; i < actives; i++)
+    CHECK_EQ(ib_send_cm_dreq(ids[i], pd, sizeof(pd)), 0);
+  check_every_pd(mark, IB_CM_DREP_RECEIVED, (unsigned)actives, DREP_PD_AT,
+                 IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED);
+  check_every_pd(0, IB_CM_DREQ_RECEIVED, (unsigned)passives, DREQ_PD_AT,
+                 IB_CM_DREQ_PRIVATE_DATA_SIZE, DREQ_PD_SEED);
+  wait_count(IB_CM_TIMEWAIT_EXIT, (unsigned)(actives + passives), 60000);
+  long long t_down = now_ms();
+  CHECK_EQ(count_events(NULL, IB_CM_REJ_RECEIVED), 0);
+  CHECK_EQ(count_events(NULL, IB_CM_DREQ_ERROR), 0);
+  struct ibcm_counters c;
+  CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
+  unsigned long long tx = 0, retries = 0;
+  for (int i = 0; i < 11; i++) {
+    tx += c.cm_tx_msgs[i];
+    retries += c.cm_tx_retries[i];
+  }
+  printf("mesh %d/%d: %d connections (%d active, %d passive) up in %lld ms, down in %lld ms; "
+         "%llu MADs sent, %llu retries; DREQ/DREP private data checked on each\n",
+         me, n, actives + passives, actives, passives, t_up - t0, t_down - t_up, tx, retries);
+  for (int i = 0; i < actives; i++)
+    ib_destroy_cm_id(ids[i]);
+  for (unsigned since = 0; passives-- > 0;) {
+    const struct cm_ev *e = wait_event_from(since, NULL, IB_CM_REQ_RECEIVED, 1000);
+    ib_destroy_cm_id(e->id);
+    since = e->seq + 1;
+  }
+  free(ids);
+  ib_destroy_cm_id(listener);
+  return 0;
+}
+
 static int idle(const char *dir) {
   char stop[512];
   write_gid(dir);
@@ -352,6 +439,8 @@ int main(int argc, char **argv) {
     rc = sidr_server(argv[2]);
   } else if (!strcmp(argv[1], "sidr-client")) {
     rc = sidr_client(argv[2]);
+  } else if (!strcmp(argv[1], "mesh") && argc > 5) {
+    rc = mesh(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   } else if (!strcmp(argv[1], "idle")) {
     rc = idle(argv[2]);
   } else if (!strcmp(argv[1], "rej")) {

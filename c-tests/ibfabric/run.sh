@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|scale
 set -u
 peer=$1 logroot=$2 scenario=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +47,13 @@ wait_for() {
 # ibsim reads commands from stdin and spins at its end: give it a fifo that
 # this script holds open.
 mkfifo ibsim.in && exec 3<>ibsim.in
-ibsim -s "$here/net.ibcm" >ibsim.log 2>&1 <ibsim.in &
+topology=net.ibcm hcas="Hca1 Hca2 Hca3 Hca4"
+if [ "$scenario" = scale ]; then
+    # ibsim 0.10 serves at most 10 clients (IBSIM_MAX_CLIENTS), OpenSM one
+    # of them: 8 CM processes, two behind each switch.
+    topology=net.scale hcas="Hca1 Hca3 Hca5 Hca7 Hca9 Hca11 Hca13 Hca15"
+fi
+ibsim -s "$here/$topology" >ibsim.log 2>&1 <ibsim.in &
 pids="$!"
 wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; cat ibsim.log; exit 77; }
 LD_PRELOAD=$sim_so opensm -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
@@ -62,7 +68,7 @@ on() {
 }
 
 # MASTER comes before the ports are ACTIVE: wait for each HCA's port.
-for hca in Hca1 Hca2 Hca3 Hca4; do
+for hca in $hcas; do
     i=0
     until on $hca ibstat 2>/dev/null | grep -q "State: Active"; do
         i=$((i + 1))
@@ -117,6 +123,22 @@ connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;
 rej) two_sides idle rej x ;;
 sidr) two_sides sidr-server sidr-client x ;;
+scale)
+    # All-to-all: every pair of the 8 processes connects ${IBCM_SCALE_ROUNDS:-5}
+    # times (28 pairs: 140 connections at 5) and disconnects.
+    rounds=${IBCM_SCALE_ROUNDS:-5}
+    n=0 started=$(date +%s.%N) mesh=
+    for hca in $hcas; do
+        on "$hca" "$peer" mesh "$dir" 8 $n "$rounds" >mesh.$n.out 2>&1 &
+        mesh="$mesh $!"
+        n=$((n + 1))
+    done
+    failed=0
+    for p in $mesh; do wait "$p" || failed=1; done
+    echo "all-to-all: $((28 * rounds)) connections in $(echo "$(date +%s.%N) - $started" | bc) s"
+    cat mesh.*.out
+    [ $failed = 0 ]
+    ;;
 killed)
     # The passive side's process dies once established (SIGKILL): the
     # active side's DREQ ends in DREQ_ERROR and timewait.
