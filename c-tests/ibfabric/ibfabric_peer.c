@@ -406,6 +406,14 @@ static int idle(const char *dir) {
   return 0;
 }
 
+/* The GID of the port whose GUID `guid` is, in the default subnet. */
+static union ib_gid gid_of_port(const char *guid) {
+  union ib_gid gid = {.raw = {0xfe, 0x80}};
+  uint64_t be = htobe64(strtoull(guid, NULL, 0));
+  memcpy(&gid.raw[8], &be, 8);
+  return gid;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3)
     return 2;
@@ -413,17 +421,13 @@ int main(int argc, char **argv) {
   test_init_one();
   int rc = 2;
   if (!strcmp(argv[1], "path")) {
-    union ib_gid gid = {.raw = {0xfe, 0x80}};
-    uint64_t guid = htobe64(strtoull(argv[2], NULL, 0));
-    memcpy(&gid.raw[8], &guid, 8);
+    union ib_gid gid = gid_of_port(argv[2]);
     struct sa_path_rec path;
     path_to(&gid, &path);
     print_path(&path);
     rc = 0;
   } else if (!strcmp(argv[1], "patherr") && argc > 3) {
-    union ib_gid gid = {.raw = {0xfe, 0x80}};
-    uint64_t guid = htobe64(strtoull(argv[2], NULL, 0));
-    memcpy(&gid.raw[8], &guid, 8);
+    union ib_gid gid = gid_of_port(argv[2]);
     struct sa_path_rec path;
     long long t0 = now_ms();
     int err = ibcm_init_path(dev_a, 1, &gid, &path);
