@@ -18,7 +18,6 @@ pub const ENETDOWN: Errno = Errno(libc::ENETDOWN);
 pub const EIO: Errno = Errno(libc::EIO);
 pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
 pub const ELIBACC: Errno = Errno(libc::ELIBACC);
-pub const EAGAIN: Errno = Errno(libc::EAGAIN);
 
 impl Errno {
     /// The kernel-style return value: `-errno`.
