@@ -3,13 +3,16 @@
 #   make run      the main job: ibcm-cmtime on the in-process fabric (installs
 #                 what it needs first)
 #   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
-#                 and the SoftRoCE suite in a QEMU VM (IBCM_SKIP_SOFTROCE=1 skips it)
+#                 the simulated InfiniBand fabric, and the SoftRoCE suite in a QEMU VM
+#                 (IBCM_SKIP_SOFTROCE=1 skips it)
 #   make softroce the C suite on rxe0/rxe1 inside one VM, and the kernel-CM
 #                 coexistence check in a second VM
 #   make interop  the interoperability suite: libib_cm in one VM, the kernel CM
 #                 driven by rdma-core's tools in another
 #   make soak     the lifecycle stress for minutes: the C test under ASan, the
 #                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
+#   make ibfabric the InfiniBand scenarios on a simulated fabric (ibsim, OpenSM,
+#                 umad2sim; c-tests/ibfabric/; about 30 s; skipped without them)
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -22,7 +25,7 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce interop miri tsan fuzz soak \
+        rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric miri tsan fuzz soak \
         clean help
 
 all: lib
@@ -83,7 +86,7 @@ symbols-check: stage
 define c_suite
 	PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig cmake -S c-tests -B $(1) -DCMAKE_BUILD_TYPE=Debug $(2) >/dev/null
 	cmake --build $(1) -j2 >/dev/null
-	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE "softroce|interop"
+	cd $(1) && ctest --output-on-failure -j2 --timeout 300 -LE "softroce|interop|ibfabric"
 endef
 
 c-build: stage
@@ -92,6 +95,11 @@ c-build: stage
 
 c-check: stage
 	$(call c_suite,$(BUILD)/c,)
+
+# The simulated InfiniBand fabric (ibsim + OpenSM, c-tests/ibfabric/):
+# skipped when ibsim-utils, opensm or infiniband-diags are not installed.
+ibfabric: c-build
+	cd $(BUILD)/c && ctest --output-on-failure -j2 --timeout 300 -L ibfabric
 
 c-asan: stage
 	$(call c_suite,$(BUILD)/c-asan,-DIBCM_SANITIZE=address)
@@ -176,6 +184,7 @@ check: deps
 	$(MAKE) c-check
 	$(MAKE) c-asan
 	$(MAKE) c-valgrind
+	$(MAKE) ibfabric
 	@if [ "$${IBCM_SKIP_SOFTROCE:-0}" = 1 ]; then echo "softroce, interop: skipped (IBCM_SKIP_SOFTROCE=1)"; \
 	else $(MAKE) softroce && $(MAKE) interop; fi
 

@@ -2,7 +2,8 @@
 # Installs what building and testing ib_cm needs on a fresh Debian 12 machine
 # that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils,
 # libibverbs-dev (verbs.h for one test), mandoc and groff (man pages),
-# tshark (test_pcap_tshark), a
+# tshark (test_pcap_tshark), ibsim, OpenSM and infiniband-diags (the
+# simulated InfiniBand fabric), a
 # pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.
 set -euo pipefail
@@ -10,7 +11,8 @@ set -euo pipefail
 CBINDGEN_VERSION=0.29.4
 need_apt=()
 for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils readelf:binutils \
-            mandoc:mandoc groff:groff-base; do
+            mandoc:mandoc groff:groff-base \
+            ibsim:ibsim-utils opensm:opensm saquery:infiniband-diags; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # <infiniband/verbs.h>, for the C test of ib_cm_init_qp_attr.

@@ -10,6 +10,7 @@ pub mod errno;
 pub mod ffi;
 pub mod log;
 pub mod pcap;
+pub mod sa;
 pub mod timer;
 pub mod transport;
 pub mod wire;

@@ -13,7 +13,9 @@ use super::event_fd::EventQueue;
 use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::trace::{self, Dir};
 use super::worker;
-use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV, EOPNOTSUPP};
+use super::worker::EAGAIN;
+use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV};
+use crate::sa::{self, MGMT_CLASS_SA, PathQuery, SaClient};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
 use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
 use crate::transport::umad::UmadTransport;
@@ -40,6 +42,11 @@ pub struct Port {
     pub port_num: u8,
     pub lid: u16,
     pub pkey: u16,
+    /// The P_Key table, by index.
+    pub pkeys: Vec<u16>,
+    /// Where the SM's SA answers path queries (InfiniBand ports; 0: no SM).
+    pub sm_lid: u16,
+    pub sm_sl: u8,
     pub link_layer: LinkLayer,
     /// The active MTU (`enum ib_mtu` code).
     pub mtu: u8,
@@ -56,6 +63,19 @@ impl Port {
     /// The GID at table index `index`.
     pub fn gid(&self, index: u8) -> Option<[u8; 16]> {
         self.gids.iter().find(|g| g.index == index).map(|g| g.gid)
+    }
+
+    /// The P_Key index MADs of partition `pkey` are sent with, as the
+    /// kernel's `ib_find_cached_pkey`: the same partition (low 15 bits), a
+    /// full member preferred.
+    pub fn pkey_index(&self, pkey: u16) -> Option<u16> {
+        let same_partition = |p: &&u16| *p & 0x7fff == pkey & 0x7fff && *p & 0x7fff != 0;
+        let full = self
+            .pkeys
+            .iter()
+            .position(|p| same_partition(&p) && p & 0x8000 != 0);
+        full.or_else(|| self.pkeys.iter().position(|p| same_partition(&p)))
+            .map(|i| i as u16)
     }
 
     /// RoCE ports send every MAD with a GRH.
@@ -79,6 +99,8 @@ pub struct Device {
     /// The upper 32 TID bits of MADs this device starts (the kernel MAD agent's
     /// `hi_tid`; on real ports the kernel rewrites them anyway).
     pub hi_tid: u32,
+    /// PathRecord queries of this device waiting for the SA.
+    sa: SaClient,
     transport: Arc<dyn MadTransport>,
     /// Set once by `close`. Every send holds it for reading, so close waits
     /// for a send in progress and no send reaches the transport after it.
@@ -125,6 +147,9 @@ impl Device {
                             port_num: p.port_num,
                             lid: p.lid,
                             pkey: p.pkey,
+                            pkeys: p.pkeys.clone(),
+                            sm_lid: p.sm_lid,
+                            sm_sl: p.sm_sl,
                             link_layer: p.link_layer,
                             mtu: p.mtu,
                             gids: p.gids.clone(),
@@ -156,6 +181,9 @@ impl Device {
                 port_num: 1,
                 lid: me.lid,
                 pkey: DEFAULT_PKEY,
+                pkeys: vec![DEFAULT_PKEY],
+                sm_lid: 0,
+                sm_sl: 0,
                 link_layer,
                 mtu: IB_MTU_4096,
                 gids: vec![GidEntry {
@@ -198,7 +226,12 @@ impl Device {
             let weak = weak.clone();
             let recv: RecvFn = Arc::new(move |port, addr, mad| {
                 if let Some(device) = weak.upgrade() {
-                    worker::queue_recv(device, port, addr, mad);
+                    if mad[1] == MGMT_CLASS_SA {
+                        // An SA answer: its caller waits for it, not the worker.
+                        device.sa.deliver(&mad);
+                    } else {
+                        worker::queue_recv(device, port, addr, mad);
+                    }
                 }
             });
             let transport = open(recv).unwrap_or_else(|e| {
@@ -216,6 +249,7 @@ impl Device {
                     .collect(),
                 ports: identity.ports,
                 hi_tid: 1,
+                sa: SaClient::default(),
                 transport,
                 closed: RwLock::new(false),
                 ids: AtomicUsize::new(0),
@@ -358,13 +392,14 @@ impl Device {
         if port.is_roce() {
             return roce_path(port, dgid);
         }
-        // InfiniBand: the in-process fabric knows every LID; real InfiniBand
-        // paths need an SA query, which this library does not do yet.
-        let dest = LoopIdentity::from_gid(dgid).ok_or(if self.as_loop().is_some() {
-            EHOSTUNREACH
-        } else {
-            EOPNOTSUPP
-        })?;
+        if self.as_loop().is_none() {
+            return self.query_path(
+                port,
+                &PathQuery::between(port.gids[0].gid, *dgid, port.pkey),
+            );
+        }
+        // The in-process fabric knows every LID.
+        let dest = LoopIdentity::from_gid(dgid).ok_or(EHOSTUNREACH)?;
         Ok(Path {
             dlid: dest.lid,
             slid: port.lid,
@@ -383,6 +418,27 @@ fn device_ack_delay(name: &str) -> u8 {
         );
         CA_ACK_DELAY
     })
+}
+
+impl Device {
+    /// Asks the SA of `port`'s subnet for a path (`ib_sa_path_rec_get`),
+    /// waiting for the answer: `-EAGAIN` while the port knows no SM (as the
+    /// kernel's SA client without an SM address handle), `-ETIMEDOUT` when
+    /// the SA never answers, `-EINVAL` when it answers with an error.
+    pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
+        if port.sm_lid == 0 {
+            return Err(EAGAIN);
+        }
+        let sm = MadAddr {
+            dlid: port.sm_lid,
+            sl: port.sm_sl,
+            ..MadAddr::default()
+        };
+        self.sa
+            .path_rec_get(query, sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES, |mad| {
+                self.send(port.port_num, &sm, mad)
+            })
+    }
 }
 
 /// The attribute ID of an encoded MAD.

@@ -66,9 +66,13 @@ fn validate_req_param(p: &ReqParams) -> CmResult {
 }
 
 /// Whether `pkey` is in `port`'s P_Key table, as `ib_find_cached_pkey()`
-/// compares: without the membership bit.
+/// compares: without the membership bit (a port whose table could not be
+/// read has its one P_Key).
 pub(super) fn pkey_is_on_port(port: &Port, pkey: u16) -> bool {
-    port.pkey & 0x7fff == pkey & 0x7fff
+    if port.pkeys.is_empty() {
+        return port.pkey & 0x7fff == pkey & 0x7fff;
+    }
+    port.pkey_index(pkey).is_some()
 }
 
 /// The port a path we send on leaves from (`cm_init_av_by_path`): the one
@@ -85,14 +89,17 @@ pub(super) fn port_of_path<'d>(device: &'d Device, path: &Path) -> CmResult<&'d 
 /// The address of a path (`cm_init_av_by_path`): RoCE and routed paths need
 /// a GRH, sent from the path's source GID. A RoCE address has no LID (the
 /// kernel's `sa_path_get_dlid()` is 0 for RoCE records), which is also why
-/// an alternate path never reaches a RoCE QP (`ib_cm_init_qp_attr`).
+/// an alternate path never reaches a RoCE QP (`ib_cm_init_qp_attr`). On
+/// InfiniBand the MADs go LID-routed with the path's SL and the P_Key index
+/// of its partition (index 0 if the table lacks it, where the kernel's
+/// `ib_find_cached_pkey` fails), no GRH inside the subnet.
 pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
     Av {
         port_num: port.port_num,
         addr: MadAddr {
             dlid: if port.is_roce() { 0 } else { path.dlid },
             sl: path.sl,
-            pkey_index: 0,
+            pkey_index: port.pkey_index(path.pkey).unwrap_or(0),
             grh: port.is_roce() || path.hop_limit > 1,
             dgid: path.dgid,
             sgid_index: port.gid_index(&path.sgid).unwrap_or(0),
@@ -454,4 +461,95 @@ fn link_remote(l: &mut Locked, id: &Arc<CmIdPriv>) {
     l.inner.remote_id_linked = true;
     l.inner.remote_qpn_linked = true;
     l.inner.has_timewait_info = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::sysfs::{GidEntry, GidType, LinkLayer};
+    use crate::wire::Req;
+
+    fn ib_gid(port_guid: u64) -> [u8; 16] {
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, 0x80]);
+        gid[8..].copy_from_slice(&port_guid.to_be_bytes());
+        gid
+    }
+
+    /// Port 1 of Hca1 in c-tests/ibfabric/net.ibcm, with a second partition.
+    fn hca1_port() -> Port {
+        Port {
+            port_num: 1,
+            lid: 2,
+            pkey: 0xffff,
+            pkeys: vec![0xffff, 0x0001, 0x8001],
+            sm_lid: 1,
+            sm_sl: 0,
+            link_layer: LinkLayer::InfiniBand,
+            mtu: 5,
+            gids: vec![GidEntry {
+                index: 0,
+                gid: ib_gid(0x10_0001),
+                gid_type: GidType::Ib,
+            }],
+        }
+    }
+
+    /// The path OpenSM's SA gives from Hca1 (LID 2) to Hca2 (LID 7) there
+    /// (`saquery -p`: mtu 0x84, rate 0x83, pkt_life 0x92), on SL 5.
+    fn hca1_to_hca2() -> Path {
+        Path {
+            sgid: ib_gid(0x10_0001),
+            dgid: ib_gid(0x10_0004),
+            slid: 2,
+            dlid: 7,
+            pkey: 0x8001,
+            sl: 5,
+            mtu: 4,
+            rate: 3,
+            packet_life_time: 18,
+            reversible: 1,
+            rec_type: REC_TYPE_IB,
+            ..Path::default()
+        }
+    }
+
+    #[test]
+    fn an_infiniband_path_is_lid_routed_without_grh_in_its_partition() {
+        let av = av_from_path(&hca1_port(), &hca1_to_hca2());
+        assert_eq!(av.addr.dlid, 7);
+        assert_eq!(av.addr.sl, 5);
+        assert!(!av.addr.grh, "no GRH inside the subnet");
+        assert_eq!(av.addr.pkey_index, 2, "the full member of partition 1");
+        let limited = Path {
+            pkey: 0x0001,
+            ..hca1_to_hca2()
+        };
+        assert_eq!(av_from_path(&hca1_port(), &limited).addr.pkey_index, 2);
+    }
+
+    /// Bytes 0x4c..0x78 of a REQ (IBA table 106: primary local/remote LID,
+    /// GIDs, flow label, rate, traffic class, hop limit, SL, subnet local,
+    /// local ACK timeout) as the kernel's `cm_format_req` writes them for
+    /// an IB path inside the subnet.
+    const GOLDEN_IB_PRIMARY_PATH: [u8; 44] = [
+        0x00, 0x02, 0x00, 0x07, // local LID 2, remote LID 7
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x10, 0x00, 0x01, // local GID
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x10, 0x00, 0x04, // remote GID
+        0x00, 0x00, 0x00, 0x03, // flow label 0, packet rate 3 (10 Gb/s)
+        0x00, // traffic class
+        0x00, // hop limit 0
+        0x58, // SL 5, subnet local
+        0x98, // local ACK timeout 19: cm_ack_timeout(15, 18)
+    ];
+
+    #[test]
+    fn an_infiniband_path_formats_the_req_as_the_kernel() {
+        let req = Req {
+            primary_path: format_req_path(&hca1_to_hca2(), 15),
+            ..Req::default()
+        };
+        let mad = req.encode(1);
+        assert_eq!(mad[0x4c..0x78], GOLDEN_IB_PRIMARY_PATH);
+    }
 }

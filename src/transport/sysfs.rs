@@ -39,8 +39,15 @@ pub struct SysPort {
     pub port_num: u8,
     pub active: bool,
     pub lid: u16,
+    /// The LID mask count (LMC): the port answers to 2^lmc LIDs from `lid`.
+    pub lmc: u8,
+    /// Where the subnet manager (and its SA) is: InfiniBand ports only.
+    pub sm_lid: u16,
+    pub sm_sl: u8,
     pub link_layer: LinkLayer,
     pub pkey: u16,
+    /// The P_Key table, by index (empty slots are 0).
+    pub pkeys: Vec<u16>,
     pub gids: Vec<GidEntry>,
     /// The active path MTU as an IB MTU code (`enum ib_mtu`: 1 = 256 … 5 =
     /// 4096): on RoCE from the netdev's MTU as the kernel computes it
@@ -57,7 +64,7 @@ pub struct SysDevice {
 }
 
 fn read(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+    super::umad::read_text_file(path).map(|s| s.trim().to_owned())
 }
 
 /// `0123:4567:89ab:cdef` (node GUIDs) or a 39-character GID, as bytes.
@@ -101,6 +108,14 @@ fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
         });
     }
     gids
+}
+
+/// The P_Key table: `pkeys/0`, `pkeys/1`, … up to the first missing entry.
+fn read_pkeys(port_dir: &Path) -> Vec<u16> {
+    (0..=u16::MAX)
+        .map_while(|index| read(&port_dir.join(format!("pkeys/{index}"))))
+        .map(|text| parse_hex_u16(&text).unwrap_or(0))
+        .collect()
 }
 
 /// `iboe_get_mtu()`: the largest IB MTU that fits an Ethernet MTU once the
@@ -150,10 +165,20 @@ fn read_port(port_dir: &Path, port_num: u8) -> SysPort {
         lid: read(&port_dir.join("lid"))
             .and_then(|s| parse_hex_u16(&s))
             .unwrap_or(0),
+        lmc: read(&port_dir.join("lid_mask_count"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        sm_lid: read(&port_dir.join("sm_lid"))
+            .and_then(|s| parse_hex_u16(&s))
+            .unwrap_or(0),
+        sm_sl: read(&port_dir.join("sm_sl"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
         link_layer,
         pkey: read(&port_dir.join("pkeys/0"))
             .and_then(|s| parse_hex_u16(&s))
             .unwrap_or(0xffff),
+        pkeys: read_pkeys(port_dir),
         gids,
     }
 }
@@ -237,6 +262,7 @@ mod tests {
         assert!(port.active);
         assert_eq!(port.link_layer, LinkLayer::Ethernet);
         assert_eq!(port.pkey, 0xffff);
+        assert_eq!(port.pkeys, [0xffff]);
         assert_eq!(port.gids.len(), 2);
         assert_eq!(port.gids[1].gid_type, GidType::RoceV2);
         assert_eq!(port.gids[1].gid[10..], [0xff, 0xff, 10, 77, 0, 1]);

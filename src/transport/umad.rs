@@ -34,6 +34,8 @@ const GSI_QPN: u32 = 1;
 const MGMT_CLASS_CM: u8 = 0x07;
 const CM_CLASS_VERSION: u8 = 2;
 const METHOD_SEND: u32 = 0x03;
+/// The common MAD header: the least a simulated port passes on.
+const MAD_HEADER_LEN: usize = 24;
 
 /// `struct umad_reg_attr` (umad.h).
 #[repr(C)]
@@ -86,7 +88,9 @@ const _: () = {
 struct Lib {
     open_port: unsafe extern "C" fn(*const c_char, c_int) -> c_int,
     close_port: unsafe extern "C" fn(c_int) -> c_int,
-    register2: unsafe extern "C" fn(c_int, *mut UmadRegAttr, *mut u32) -> c_int,
+    /// At least one of the two registrations is there.
+    register2: Option<unsafe extern "C" fn(c_int, *mut UmadRegAttr, *mut u32) -> c_int>,
+    register: Option<unsafe extern "C" fn(c_int, c_int, c_int, u8, *mut [u64; 2]) -> c_int>,
     unregister: unsafe extern "C" fn(c_int, c_int) -> c_int,
     send: unsafe extern "C" fn(c_int, c_int, *mut c_void, c_int, c_int, c_int) -> c_int,
     recv: unsafe extern "C" fn(c_int, *mut c_void, *mut c_int, c_int) -> c_int,
@@ -126,17 +130,19 @@ fn load() -> Result<Lib, (Errno, &'static str)> {
             Some(Lib {
                 open_port: symbol(handle, c"umad_open_port")?,
                 close_port: symbol(handle, c"umad_close_port")?,
-                register2: symbol(handle, c"umad_register2")?,
+                register2: symbol(handle, c"umad_register2"),
+                register: symbol(handle, c"umad_register"),
                 unregister: symbol(handle, c"umad_unregister")?,
                 send: symbol(handle, c"umad_send")?,
                 recv: symbol(handle, c"umad_recv")?,
             })
         })()
     };
-    lib.ok_or((
-        ELIBACC,
-        "libibumad.so.3 lacks umad_register2: rdma-core too old",
-    ))
+    lib.filter(|l| l.register2.is_some() || l.register.is_some())
+        .ok_or((
+            ELIBACC,
+            "libibumad.so.3 lacks umad_* functions: rdma-core too old",
+        ))
 }
 
 fn lib() -> Result<&'static Lib, Errno> {
@@ -158,6 +164,11 @@ struct PortHandle {
     port_num: u8,
     fd: c_int,
     agent_id: Option<u32>,
+    /// The SA client agent (class 0x03) of an InfiniBand port: path queries.
+    sa_agent_id: Option<u32>,
+    /// Not a kernel fd but umad2sim's (ibsim's preload), whose poll sees
+    /// only its own fds.
+    simulated: bool,
 }
 
 impl Drop for PortHandle {
@@ -165,7 +176,7 @@ impl Drop for PortHandle {
         // SAFETY: the fd and agent are this handle's, and nothing uses them
         // any more (readers are stopped before their ports are dropped).
         unsafe {
-            if let Some(agent_id) = self.agent_id {
+            for agent_id in [self.agent_id, self.sa_agent_id].into_iter().flatten() {
                 (self.lib.unregister)(self.fd, agent_id as c_int);
             }
             (self.lib.close_port)(self.fd);
@@ -206,7 +217,13 @@ fn last_errno() -> Errno {
 }
 
 /// Opens `port_num` of `dev` (`name`) and registers the CM class on it.
-fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmResult<UmadPort> {
+fn open_port(
+    lib: &'static Lib,
+    dev: &str,
+    name: &CString,
+    port_num: u8,
+    infiniband: bool,
+) -> CmResult<UmadPort> {
     // SAFETY: `name` is NUL-terminated; the port number is plain data.
     let fd = unsafe { (lib.open_port)(name.as_ptr(), c_int::from(port_num)) };
     if fd < 0 {
@@ -223,32 +240,130 @@ fn open_port(lib: &'static Lib, dev: &str, name: &CString, port_num: u8) -> CmRe
         port_num,
         fd,
         agent_id: None,
+        sa_agent_id: None,
+        simulated: false,
     };
     // libibumad opens without O_CLOEXEC: a child that execs must not keep
-    // the CM agent registered.
+    // the CM agent registered. EBADF: not a kernel fd but a simulator's
+    // (umad2sim), which no child inherits anyway.
     // SAFETY: fcntl on an fd this handle owns.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
-        return Err(last_errno());
+        if last_errno().0 != libc::EBADF {
+            return Err(last_errno());
+        }
+        handle.simulated = true;
     }
-    let mut attr = UmadRegAttr {
+    let cm = AgentClass {
         mgmt_class: MGMT_CLASS_CM,
-        mgmt_class_version: CM_CLASS_VERSION,
-        flags: 0,
+        version: CM_CLASS_VERSION,
         method_mask: [1 << METHOD_SEND, 0],
-        oui: 0,
-        rmpp_version: 0,
     };
-    let mut agent_id = 0u32;
-    // SAFETY: `attr` and `agent_id` are valid for the call.
-    let rc = unsafe { (lib.register2)(fd, &mut attr, &mut agent_id) };
-    if rc != 0 {
-        return Err(registration_error(dev, port_num, Errno(rc.abs())));
-    }
+    let agent_id = register(lib, fd, &cm).map_err(|e| registration_error(dev, port_num, e))?;
     handle.agent_id = Some(agent_id);
+    if infiniband {
+        // A client of the SA: it sends queries and gets their answers only.
+        let sa = AgentClass {
+            mgmt_class: crate::sa::MGMT_CLASS_SA,
+            version: crate::sa::SA_CLASS_VERSION,
+            method_mask: [0, 0],
+        };
+        match register(lib, fd, &sa) {
+            Ok(id) => handle.sa_agent_id = Some(id),
+            Err(e) => ibcm_log!(
+                Warn,
+                "{dev} port {port_num}: cannot register an SA client ({e:?}): no path queries"
+            ),
+        }
+    }
     Ok(UmadPort {
         handle,
         dead: Arc::new(AtomicBool::new(false)),
     })
+}
+
+/// A management class an agent registers for.
+struct AgentClass {
+    mgmt_class: u8,
+    version: u8,
+    method_mask: [u64; 2],
+}
+
+/// Registers an agent for `class` on `fd`: with
+/// `umad_register2`, or `umad_register` where that is missing or refused as
+/// unknown (umad2sim, the ibsim preload, implements only the first ioctl).
+/// On a real port the kernel refuses a taken class with EINVAL to both, so
+/// the error returned is still the one that tells who holds it.
+fn register(lib: &Lib, fd: c_int, class: &AgentClass) -> Result<u32, Errno> {
+    let mut method_mask = class.method_mask;
+    let mut refused = EINVAL;
+    if let Some(register2) = lib.register2 {
+        let mut attr = UmadRegAttr {
+            mgmt_class: class.mgmt_class,
+            mgmt_class_version: class.version,
+            flags: 0,
+            method_mask,
+            oui: 0,
+            rmpp_version: 0,
+        };
+        let mut agent_id = 0u32;
+        // SAFETY: `attr` and `agent_id` are valid for the call.
+        let rc = unsafe { register2(fd, &mut attr, &mut agent_id) };
+        match rc.abs() {
+            0 => return Ok(agent_id),
+            e @ (libc::ENOSYS | libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL) => {
+                refused = Errno(e)
+            }
+            e => return Err(Errno(e)),
+        }
+    }
+    let Some(register) = lib.register else {
+        return Err(refused);
+    };
+    // SAFETY: the mask is the 128 bits umad_register reads.
+    let rc = unsafe {
+        register(
+            fd,
+            c_int::from(class.mgmt_class),
+            c_int::from(class.version),
+            0,
+            &mut method_mask,
+        )
+    };
+    if rc < 0 {
+        return Err(Errno(-rc));
+    }
+    Ok(rc as u32)
+}
+
+/// Reads a small text file (sysfs) with libc's `open` and `read`, the calls
+/// umad2sim (ibsim's preload) redirects to its simulated sysfs; std::fs uses
+/// `open64`/`statx`, which it does not see. None if it cannot be read.
+pub fn read_text_file(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let cpath = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path and constant flags; the fd is checked.
+    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new fd that nothing else owns; closed when `_owned` drops.
+    let _owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        // SAFETY: `chunk` has room for the bytes asked for.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        match n {
+            0 => break,
+            n if n > 0 => text.extend_from_slice(&chunk[..n as usize]),
+            _ if last_errno().0 == libc::EINTR => continue,
+            _ => return None,
+        }
+        if text.len() > 1 << 20 {
+            return None; // not a sysfs attribute
+        }
+    }
+    String::from_utf8(text).ok()
 }
 
 /// What a refused registration of the CM class means, said once in the log.
@@ -310,7 +425,10 @@ impl UmadTransport {
             .ports
             .iter()
             .filter(|p| p.active)
-            .map(|p| open_port(lib, &dev.name, &name, p.port_num))
+            .map(|p| {
+                let infiniband = p.link_layer == super::sysfs::LinkLayer::InfiniBand;
+                open_port(lib, &dev.name, &name, p.port_num, infiniband)
+            })
             .collect::<CmResult<Vec<_>>>()?;
         // SAFETY: eventfd with constant flags; the result is checked.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -327,6 +445,7 @@ impl UmadTransport {
             let reader = Reader {
                 lib,
                 fd: port.handle.fd,
+                simulated: port.handle.simulated,
                 wake: transport.wake.as_raw_fd(),
                 port_num: port.handle.port_num,
                 dev: dev.name.clone(),
@@ -350,6 +469,7 @@ impl UmadTransport {
 struct Reader {
     lib: &'static Lib,
     fd: c_int,
+    simulated: bool,
     wake: c_int,
     port_num: u8,
     dev: String,
@@ -360,6 +480,22 @@ struct Reader {
 impl Reader {
     /// Receives MADs until close wakes it or the port goes away.
     fn run(self) {
+        loop {
+            match self.wait() {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(None) => return, // closed
+                Err(Some(e)) => return self.port_gone(e),
+            }
+            if let Err(e) = self.receive() {
+                return self.port_gone(e);
+            }
+        }
+    }
+
+    /// Waits for a MAD (true), or nothing (false, a simulated port's tick);
+    /// `Err(None)` once closed, `Err(Some(e))` when the port is gone.
+    fn wait(&self) -> Result<bool, Option<Errno>> {
         let mut fds = [
             libc::pollfd {
                 fd: self.fd,
@@ -372,29 +508,33 @@ impl Reader {
                 revents: 0,
             },
         ];
-        loop {
-            // SAFETY: two valid pollfds; no timeout: only a MAD or close wakes it.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if ready < 0 {
-                if last_errno().0 == libc::EINTR {
-                    continue;
-                }
-                return self.port_gone(last_errno());
-            }
-            if fds[1].revents != 0 {
-                return; // closed
-            }
-            let revents = fds[0].revents;
-            if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-                // What ib_umad's poll says once the device is removed.
-                return self.port_gone(Errno(libc::EIO));
-            }
-            if revents & libc::POLLIN != 0
-                && let Err(e) = self.receive()
-            {
-                return self.port_gone(e);
-            }
+        // umad2sim's poll waits on its own fd only and ignores the others: a
+        // simulated port polls it alone for a while, then the wake fd.
+        let (count, timeout) = if self.simulated { (1, 100) } else { (2, -1) };
+        // SAFETY: `count` valid pollfds; a real port has no timeout: only a
+        // MAD or close wakes it.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), count, timeout) };
+        if ready < 0 {
+            let e = last_errno();
+            return if e.0 == libc::EINTR {
+                Ok(false)
+            } else {
+                Err(Some(e))
+            };
         }
+        if self.simulated {
+            // SAFETY: one valid pollfd (a kernel fd: umad2sim passes it on).
+            unsafe { libc::poll(&mut fds[1], 1, 0) };
+        }
+        if fds[1].revents != 0 {
+            return Err(None);
+        }
+        let revents = fds[0].revents;
+        if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            // What ib_umad's poll says once the device is removed.
+            return Err(Some(Errno(libc::EIO)));
+        }
+        Ok(revents & libc::POLLIN != 0)
     }
 
     /// Reads one MAD and hands it on; an error only when the port is unusable.
@@ -419,7 +559,23 @@ impl Reader {
                 e => Err(Errno(e)),
             };
         }
-        if buf.status != 0 || len < MAD_SIZE as c_int {
+        // umad2sim hands a MAD over as its sender wrote it (OpenSM writes an
+        // SA answer's 56 + 64 bytes) and in a 288-byte buffer with its 64-byte
+        // header, so the last 32 bytes of a full MAD never arrive: what is
+        // missing stays zero here, as the end of a MAD the SA padded would be.
+        let whole = if self.simulated {
+            MAD_HEADER_LEN
+        } else {
+            MAD_SIZE
+        };
+        if buf.status != 0 || len < whole as c_int {
+            ibcm_log!(
+                Debug,
+                "{} port {}: dropped a received MAD (status {}, {len} bytes)",
+                self.dev,
+                self.port_num,
+                buf.status
+            );
             return Ok(()); // a send completion or a short MAD: nothing for the CM
         }
         let a = buf.addr;
@@ -464,8 +620,14 @@ impl MadTransport for UmadTransport {
             return Err(ENODEV);
         }
         let port = &port.handle;
+        // The agent of the MAD's class: the SA's for path queries.
+        let agent_id = if mad[1] == crate::sa::MGMT_CLASS_SA {
+            port.sa_agent_id.ok_or(crate::errno::EOPNOTSUPP)?
+        } else {
+            port.agent_id.unwrap_or_default()
+        };
         let mut buf = UserMad {
-            agent_id: port.agent_id.unwrap_or_default(),
+            agent_id,
             status: 0,
             timeout_ms: 0,
             retries: 0,

@@ -1,0 +1,455 @@
+/*
+ * One CM process on an HCA of the simulated InfiniBand fabric (ibsim +
+ * OpenSM, c-tests/ibfabric/run.sh starts them and this program under
+ * libumad2sim.so with SIM_HOST naming the HCA).
+ *
+ *   ibfabric_peer path GUID             prints the path ibcm_init_path finds
+ *                                       to port GUID (as saquery prints it)
+ *   ibfabric_peer server DIR a|b        listens; writes DIR/server.gid once
+ *                                       ready; a: the client disconnects,
+ *                                       b: this side does, k: once
+ *                                       established, writes DIR/server.pid
+ *                                       and waits to be killed
+ *   ibfabric_peer client DIR a|b        connects to DIR/server.gid's port
+ *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
+ *   ibfabric_peer sidr-server DIR       answers a SIDR REQ (writes DIR/server.gid)
+ *   ibfabric_peer sidr-client DIR       a SIDR REQ to it
+ *   ibfabric_peer mesh DIR N I ROUNDS   process I of N (all-to-all): ROUNDS
+ *                                       connections to each of I+1..N-1,
+ *                                       each disconnected with DREQ/DREP
+ *   ibfabric_peer idle DIR              opens the device, listens on nothing
+ *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
+ *
+ * Private data is checked byte for byte up to what umad2sim delivers: it
+ * hands a MAD over in a 288-byte buffer with a 64-byte header, so bytes
+ * 224..255 of every MAD arrive as zeros (DREQ private data from 188, DREP's
+ * from 192, REQ's from 60, REP's from 164).
+ */
+#include "common.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DREQ_PD_SEED 0x44
+#define DREP_PD_SEED 0x55
+#define MAD_DELIVERED 224 /* umad2sim's limit */
+#define DREQ_PD_AT 36     /* where the private data starts in each MAD */
+#define DREP_PD_AT 32
+#define REQ_PD_AT 164
+#define REP_PD_AT 60
+#define SIDR_REQ_PD_AT 40
+#define SIDR_REP_PD_AT 120
+#define SIDR_REQ_PD_SEED 0x66
+#define SIDR_REP_PD_SEED 0x77
+#define SIDR_QPN 0x123456u
+#define SIDR_QKEY 0x11111111u
+
+static size_t delivered(size_t at, size_t len) {
+  return at + len <= MAD_DELIVERED ? len : MAD_DELIVERED - at;
+}
+
+/* What a test process on ibsim must do, never the library: take the port's
+ * SM capability (ibsim hands unsolicited QP1 requests only to an SM-capable
+ * client) and register a never-read agent for the SMP classes, which OpenSM
+ * then sends here (umad2sim crashes on a MAD of a class nobody registered). */
+static void ibsim_harness_steps(void) {
+  void *umad = dlopen("libibumad.so.3", RTLD_NOW);
+  CHECK(umad != NULL);
+  int (*open_port)(const char *, int) = (int (*)(const char *, int))dlsym(umad, "umad_open_port");
+  int (*reg)(int, int, int, uint8_t, long *) =
+      (int (*)(int, int, int, uint8_t, long *))dlsym(umad, "umad_register");
+  CHECK(open_port && reg);
+  int fd = open_port("ibsim0", 1);
+  CHECK(fd >= 0);
+  long mask[2] = {0, 0};
+  CHECK(reg(fd, 0x81, 1, 0, mask) >= 0);
+  CHECK(reg(fd, 0x01, 1, 0, mask) >= 0);
+  /* Only now: OpenSM queries an SM-capable port at once. */
+  if (open("/dev/infiniband/issm0", O_RDWR) < 0)
+    test_fail(__FILE__, __LINE__, "open issm0 (is libumad2sim.so preloaded?)");
+}
+
+static void path_file(char *out, size_t n, const char *dir) {
+  snprintf(out, n, "%s/server.gid", dir);
+}
+
+static void write_gid(const char *dir) {
+  char name[512], tmp[520];
+  path_file(name, sizeof(name), dir);
+  snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+  FILE *f = fopen(tmp, "w");
+  CHECK(f != NULL);
+  for (int i = 0; i < 16; i++)
+    fprintf(f, "%02x", gid_a.raw[i]);
+  fprintf(f, "\n");
+  CHECK_EQ(fclose(f), 0);
+  CHECK_EQ(rename(tmp, name), 0);
+}
+
+static union ib_gid read_gid(const char *dir) {
+  char name[512];
+  path_file(name, sizeof(name), dir);
+  union ib_gid gid;
+  long long until = now_ms() + 20000;
+  for (;;) {
+    FILE *f = fopen(name, "r");
+    if (f) {
+      for (int i = 0; i < 16; i++) {
+        unsigned b;
+        CHECK_EQ(fscanf(f, "%2x", &b), 1);
+        gid.raw[i] = (uint8_t)b;
+      }
+      fclose(f);
+      return gid;
+    }
+    if (now_ms() > until)
+      test_fail(__FILE__, __LINE__, "no %s after 20 s", name);
+    sleep_ms(50);
+  }
+}
+
+static void print_path(const struct sa_path_rec *p) {
+  uint32_t fl = be32toh(p->flow_label);
+  printf("dlid %u\nslid %u\nsl 0x%x\nmtu 0x%x\nrate 0x%x\npkt_life 0x%x\npkey 0x%04X\n"
+         "hop_flow_raw 0x%x\ntclass 0x%x\nnum_path_revers 0x%x\n",
+         be16toh(p->ib.dlid), be16toh(p->ib.slid), p->sl,
+         (unsigned)(p->mtu_selector << 6 | p->mtu), (unsigned)(p->rate_selector << 6 | p->rate),
+         (unsigned)(p->packet_life_time_selector << 6 | p->packet_life_time), be16toh(p->pkey),
+         (unsigned)(fl << 8 | p->hop_limit), p->traffic_class,
+         (unsigned)(p->reversible << 7 | p->numb_path));
+}
+
+/* The path this process's port has to the port of `gid`: an IB path from
+ * the SA, LID-routed inside the subnet (no GRH). */
+static void path_to(const union ib_gid *gid, struct sa_path_rec *path) {
+  CHECK_EQ(ibcm_init_path(dev_a, 1, gid, path), 0);
+  CHECK_EQ(path->rec_type, SA_PATH_REC_TYPE_IB);
+  CHECK(path->ib.dlid != 0 && path->ib.slid != 0);
+  CHECK_EQ(path->hop_limit, 0);
+}
+
+static void check_pd(const struct cm_ev *e, size_t at, size_t len, unsigned seed) {
+  size_t n = delivered(at, len);
+  CHECK(e->pd_len >= n);
+  CHECK(check_pattern(e->pd, n, seed));
+  printf("%s: private data bytes 0..%zu as sent\n", event_name(e->type), n - 1);
+}
+
+static void disconnect_actively(struct ib_cm_id *id) {
+  uint8_t pd[IB_CM_DREQ_PRIVATE_DATA_SIZE];
+  fill_pattern(pd, sizeof(pd), DREQ_PD_SEED);
+  CHECK_EQ(ib_send_cm_dreq(id, pd, sizeof(pd)), 0);
+  const struct cm_ev *drep = wait_event_from(0, id, IB_CM_DREP_RECEIVED, 20000);
+  check_pd(drep, DREP_PD_AT, IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED);
+  wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 20000);
+}
+
+static void disconnect_passively(struct ib_cm_id *id) {
+  const struct cm_ev *dreq = wait_event_from(0, id, IB_CM_DREQ_RECEIVED, 20000);
+  check_pd(dreq, DREQ_PD_AT, IB_CM_DREQ_PRIVATE_DATA_SIZE, DREQ_PD_SEED);
+  wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 20000);
+}
+
+static void set_drep_pattern(void) {
+  uint8_t pd[IB_CM_DREP_PRIVATE_DATA_SIZE];
+  fill_pattern(pd, sizeof(pd), DREP_PD_SEED);
+  set_drep_data(pd, sizeof(pd));
+}
+
+static int server(const char *dir, char who) {
+  struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  set_drep_pattern();
+  write_gid(dir);
+  const struct cm_ev *req = wait_event_from(0, NULL, IB_CM_REQ_RECEIVED, 20000);
+  check_pd(req, REQ_PD_AT, IB_CM_REQ_PRIVATE_DATA_SIZE, REQ_PD_SEED);
+  CHECK_EQ(req->path.rec_type, SA_PATH_REC_TYPE_IB);
+  /* The path as the passive side sees it (cm_format_paths_from_req). */
+  printf("REQ_RECEIVED: LID-routed from LID %u to this port's LID %u, SL %u, no GRH\n",
+         be16toh(req->path.ib.dlid), be16toh(req->path.ib.slid), req->path.sl);
+  struct ib_cm_id *id = req->id;
+  const struct cm_ev *rtu = wait_event_from(0, id, IB_CM_RTU_RECEIVED, 20000);
+  /* A DREQ may have come right behind the RTU. */
+  CHECK(rtu->state == IB_CM_ESTABLISHED || (who == 'a' && rtu->state == IB_CM_DREQ_RCVD));
+  if (who == 'k') {
+    char name[512];
+    snprintf(name, sizeof(name), "%s/server.pid", dir);
+    FILE *f = fopen(name, "w");
+    CHECK(f != NULL);
+    fprintf(f, "%d\n", (int)getpid());
+    CHECK_EQ(fclose(f), 0);
+    sleep_ms(60000);
+    test_fail(__FILE__, __LINE__, "not killed within 60 s");
+  }
+  if (who == 'b')
+    disconnect_actively(id);
+  else
+    disconnect_passively(id);
+  CHECK_STATE(id, IB_CM_IDLE);
+  ib_destroy_cm_id(id);
+  ib_destroy_cm_id(listener);
+  return 0;
+}
+
+static struct ib_cm_id *send_req(const char *dir, uint64_t service_id) {
+  union ib_gid gid = read_gid(dir);
+  static struct sa_path_rec path;
+  path_to(&gid, &path);
+  struct conn_opts o;
+  conn_opts_default(&o);
+  o.service_id = service_id;
+  o.remote_cm_response_timeout = o.local_cm_response_timeout = 18; /* 1 s */
+  struct ib_cm_req_param req;
+  req_param_init(&req, &path, &o, next_qpn());
+  struct ib_cm_id *id = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_send_cm_req(id, &req), 0);
+  return id;
+}
+
+/* The peer process was killed (run.sh touches DIR/killed then): the DREQ
+ * goes unanswered through every retry, then DREQ_ERROR and timewait, as the
+ * kernel's cm_dreq_handler-less side sees it. */
+static void disconnect_a_dead_peer(const char *dir, struct ib_cm_id *id) {
+  char name[512];
+  snprintf(name, sizeof(name), "%s/killed", dir);
+  for (long long until = now_ms() + 30000; access(name, F_OK) != 0;) {
+    if (now_ms() > until)
+      test_fail(__FILE__, __LINE__, "the peer was not killed within 30 s");
+    sleep_ms(50);
+  }
+  CHECK_EQ(ib_send_cm_dreq(id, NULL, 0), 0);
+  const struct cm_ev *err = wait_event_from(0, id, IB_CM_DREQ_ERROR, 30000);
+  CHECK_EQ(err->state, IB_CM_TIMEWAIT);
+  wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 30000);
+  CHECK_EQ(count_events(id, IB_CM_DREP_RECEIVED), 0);
+  printf("DREQ_ERROR then TIMEWAIT_EXIT: the dead peer never answered\n");
+}
+
+static int client(const char *dir, char who) {
+  set_drep_pattern();
+  struct ib_cm_id *id = send_req(dir, SERVICE_ID);
+  const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, 20000);
+  check_pd(rep, REP_PD_AT, IB_CM_REP_PRIVATE_DATA_SIZE, REP_PD_SEED);
+  if (who != 'b') /* else the peer's DREQ may be here already */
+    CHECK_STATE(id, IB_CM_ESTABLISHED);
+  if (who == 'k')
+    disconnect_a_dead_peer(dir, id);
+  else if (who == 'a')
+    disconnect_actively(id);
+  else
+    disconnect_passively(id);
+  CHECK_STATE(id, IB_CM_IDLE);
+  ib_destroy_cm_id(id);
+  return 0;
+}
+
+/* A REQ to a port whose CM has no listener: REJ, "invalid service ID", as
+ * the kernel's cm_req_handler answers it. */
+static int rej(const char *dir) {
+  struct ib_cm_id *id = send_req(dir, SERVICE_ID + 1);
+  const struct cm_ev *e = wait_event_from(0, id, IB_CM_REJ_RECEIVED, 20000);
+  CHECK_EQ(e->param.rej_rcvd.reason, IB_CM_REJ_INVALID_SERVICE_ID);
+  CHECK_STATE(id, IB_CM_IDLE);
+  printf("REJ_RECEIVED: reason %d (IB_CM_REJ_INVALID_SERVICE_ID)\n", e->param.rej_rcvd.reason);
+  ib_destroy_cm_id(id);
+  return 0;
+}
+
+/* Answers a SIDR REQ from the handler, as a kernel ULP does. */
+static int sidr_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
+  struct cm_ev *e = capture_event(cm_id, event);
+  if (event->event == IB_CM_SIDR_REQ_RECEIVED) {
+    static uint8_t pd[IB_CM_SIDR_REP_PRIVATE_DATA_SIZE];
+    fill_pattern(pd, sizeof(pd), SIDR_REP_PD_SEED);
+    struct ib_cm_sidr_rep_param rep;
+    memset(&rep, 0, sizeof(rep));
+    rep.qp_num = SIDR_QPN;
+    rep.qkey = SIDR_QKEY;
+    rep.status = IB_SIDR_SUCCESS;
+    rep.private_data = pd;
+    rep.private_data_len = sizeof(pd);
+    CHECK_EQ(ib_send_cm_sidr_rep(cm_id, &rep), 0);
+  }
+  publish_event(e);
+  return 0;
+}
+
+static int sidr_server(const char *dir) {
+  struct ib_cm_id *listener = create_id(dev_a, sidr_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  write_gid(dir);
+  const struct cm_ev *req = wait_event_from(0, NULL, IB_CM_SIDR_REQ_RECEIVED, 20000);
+  check_pd(req, SIDR_REQ_PD_AT, IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE, SIDR_REQ_PD_SEED);
+  ib_destroy_cm_id(req->id);
+  ib_destroy_cm_id(listener);
+  return 0;
+}
+
+static int sidr_client(const char *dir) {
+  union ib_gid gid = read_gid(dir);
+  struct sa_path_rec path;
+  path_to(&gid, &path);
+  static uint8_t pd[IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE];
+  fill_pattern(pd, sizeof(pd), SIDR_REQ_PD_SEED);
+  struct ib_cm_sidr_req_param req;
+  memset(&req, 0, sizeof(req));
+  req.path = &path;
+  req.service_id = htobe64(SERVICE_ID);
+  req.timeout_ms = 1000;
+  req.private_data = pd;
+  req.private_data_len = sizeof(pd);
+  req.max_cm_retries = 3;
+  struct ib_cm_id *id = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_send_cm_sidr_req(id, &req), 0);
+  const struct cm_ev *rep = wait_event_from(0, id, IB_CM_SIDR_REP_RECEIVED, 20000);
+  CHECK_EQ(rep->param.sidr_rep_rcvd.status, IB_SIDR_SUCCESS);
+  CHECK_EQ(rep->param.sidr_rep_rcvd.qpn, SIDR_QPN);
+  CHECK_EQ(rep->param.sidr_rep_rcvd.qkey, SIDR_QKEY);
+  check_pd(rep, SIDR_REP_PD_AT, IB_CM_SIDR_REP_PRIVATE_DATA_SIZE, SIDR_REP_PD_SEED);
+  printf("SIDR_REP_RECEIVED: QPN %#x, Q_Key %#x\n", rep->param.sidr_rep_rcvd.qpn,
+         rep->param.sidr_rep_rcvd.qkey);
+  ib_destroy_cm_id(id);
+  return 0;
+}
+
+static void write_gid_as(const char *dir, int me) {
+  char name[512];
+  snprintf(name, sizeof(name), "%s/%d", dir, me);
+  CHECK(mkdir(name, 0700) == 0 || errno == EEXIST);
+  write_gid(name);
+}
+
+/* Checks the private data of every event of `type` logged from `since`. */
+static void check_every_pd(unsigned since, enum ib_cm_event_type type, unsigned n, size_t at,
+                           size_t len, unsigned seed) {
+  for (unsigned i = 0; i < n; i++) {
+    const struct cm_ev *e = wait_event_from(since, NULL, type, 60000);
+    size_t d = delivered(at, len);
+    CHECK(e->pd_len >= d && check_pattern(e->pd, d, seed));
+    since = e->seq + 1;
+  }
+}
+
+static int mesh(const char *dir, int n, int me, int rounds) {
+  struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  set_drep_pattern();
+  write_gid_as(dir, me);
+  long long t0 = now_ms();
+  int actives = (n - 1 - me) * rounds, passives = me * rounds;
+  struct ib_cm_id **ids = calloc((size_t)actives + 1, sizeof(*ids));
+  CHECK(ids != NULL);
+  int k = 0;
+  for (int j = me + 1; j < n; j++) {
+    char peer_dir[512];
+    snprintf(peer_dir, sizeof(peer_dir), "%s/%d", dir, j);
+    union ib_gid gid = read_gid(peer_dir);
+    static struct sa_path_rec paths[64];
+    path_to(&gid, &paths[j]);
+    struct conn_opts o;
+    conn_opts_default(&o);
+    o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
+    for (int r = 0; r < rounds; r++) {
+      struct ib_cm_req_param req;
+      req_param_init(&req, &paths[j], &o, next_qpn());
+      ids[k] = create_id(dev_a, test_handler, NULL);
+      CHECK_EQ(ib_send_cm_req(ids[k++], &req), 0);
+    }
+  }
+  /* Established both ways: REPs for ours, RTUs for theirs. */
+  wait_count(IB_CM_REP_RECEIVED, (unsigned)actives, 60000);
+  wait_count(IB_CM_RTU_RECEIVED, (unsigned)passives, 60000);
+  long long t_up = now_ms();
+  unsigned mark = log_mark();
+  uint8_t pd[IB_CM_DREQ_PRIVATE_DATA_SIZE];
+  fill_pattern(pd, sizeof(pd), DREQ_PD_SEED);
+  for (int i = 0; i < actives; i++)
+    CHECK_EQ(ib_send_cm_dreq(ids[i], pd, sizeof(pd)), 0);
+  check_every_pd(mark, IB_CM_DREP_RECEIVED, (unsigned)actives, DREP_PD_AT,
+                 IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED);
+  check_every_pd(0, IB_CM_DREQ_RECEIVED, (unsigned)passives, DREQ_PD_AT,
+                 IB_CM_DREQ_PRIVATE_DATA_SIZE, DREQ_PD_SEED);
+  wait_count(IB_CM_TIMEWAIT_EXIT, (unsigned)(actives + passives), 60000);
+  long long t_down = now_ms();
+  CHECK_EQ(count_events(NULL, IB_CM_REJ_RECEIVED), 0);
+  CHECK_EQ(count_events(NULL, IB_CM_DREQ_ERROR), 0);
+  struct ibcm_counters c;
+  CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
+  unsigned long long tx = 0, retries = 0;
+  for (int i = 0; i < 11; i++) {
+    tx += c.cm_tx_msgs[i];
+    retries += c.cm_tx_retries[i];
+  }
+  printf("mesh %d/%d: %d connections (%d active, %d passive) up in %lld ms, down in %lld ms; "
+         "%llu MADs sent, %llu retries; DREQ/DREP private data checked on each\n",
+         me, n, actives + passives, actives, passives, t_up - t0, t_down - t_up, tx, retries);
+  for (int i = 0; i < actives; i++)
+    ib_destroy_cm_id(ids[i]);
+  for (unsigned since = 0; passives-- > 0;) {
+    const struct cm_ev *e = wait_event_from(since, NULL, IB_CM_REQ_RECEIVED, 1000);
+    ib_destroy_cm_id(e->id);
+    since = e->seq + 1;
+  }
+  free(ids);
+  ib_destroy_cm_id(listener);
+  return 0;
+}
+
+static int idle(const char *dir) {
+  char stop[512];
+  write_gid(dir);
+  snprintf(stop, sizeof(stop), "%s/stop", dir);
+  for (long long until = now_ms() + 30000; now_ms() < until && access(stop, F_OK) != 0;)
+    sleep_ms(50);
+  return 0;
+}
+
+/* The GID of the port whose GUID `guid` is, in the default subnet. */
+static union ib_gid gid_of_port(const char *guid) {
+  union ib_gid gid = {.raw = {0xfe, 0x80}};
+  uint64_t be = htobe64(strtoull(guid, NULL, 0));
+  memcpy(&gid.raw[8], &be, 8);
+  return gid;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3)
+    return 2;
+  ibsim_harness_steps();
+  test_init_one();
+  int rc = 2;
+  if (!strcmp(argv[1], "path")) {
+    union ib_gid gid = gid_of_port(argv[2]);
+    struct sa_path_rec path;
+    path_to(&gid, &path);
+    print_path(&path);
+    rc = 0;
+  } else if (!strcmp(argv[1], "patherr") && argc > 3) {
+    union ib_gid gid = gid_of_port(argv[2]);
+    struct sa_path_rec path;
+    long long t0 = now_ms();
+    int err = ibcm_init_path(dev_a, 1, &gid, &path);
+    printf("ibcm_init_path to %s: %d (%s) after %lld ms\n", argv[2], err, strerror(-err),
+           now_ms() - t0);
+    CHECK_EQ(err, -atoi(argv[3]));
+    rc = 0;
+  } else if (!strcmp(argv[1], "server") && argc > 3) {
+    rc = server(argv[2], argv[3][0]);
+  } else if (!strcmp(argv[1], "client") && argc > 3) {
+    rc = client(argv[2], argv[3][0]);
+  } else if (!strcmp(argv[1], "sidr-server")) {
+    rc = sidr_server(argv[2]);
+  } else if (!strcmp(argv[1], "sidr-client")) {
+    rc = sidr_client(argv[2]);
+  } else if (!strcmp(argv[1], "mesh") && argc > 5) {
+    rc = mesh(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  } else if (!strcmp(argv[1], "idle")) {
+    rc = idle(argv[2]);
+  } else if (!strcmp(argv[1], "rej")) {
+    rc = rej(argv[2]);
+  }
+  test_finish();
+  return rc;
+}

@@ -1,0 +1,162 @@
+#!/bin/sh
+# One scenario on the simulated InfiniBand fabric: starts ibsim with the
+# project's topology (net.ibcm) and OpenSM, runs ibfabric_peer processes on
+# its HCAs under libumad2sim.so, stops what it started. Logs stay in
+# LOGDIR/SCENARIO. Exit 77 (skipped) when ibsim, OpenSM or saquery is not
+# installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
+# not come up.
+#
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|scale
+set -u
+peer=$1 logroot=$2 scenario=$3
+here=$(cd "$(dirname "$0")" && pwd)
+sim_so=${IBSIM_PRELOAD:-/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so}
+
+for tool in ibsim opensm saquery ibstat; do
+    command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool not installed"; exit 77; }
+done
+[ -f "$sim_so" ] || { echo "SKIP: $sim_so not installed"; exit 77; }
+
+dir=$logroot/$scenario
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+# ibsim's sockets, private to this run (ctest runs scenarios side by side).
+IBSIM_SOCKNAME=ibcm-$scenario-$$
+export IBSIM_SOCKNAME
+pids=
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    i=0
+    for p in $pids; do
+        while kill -0 "$p" 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
+        kill -9 "$p" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Waits up to $2 seconds for $3 to appear in file $1.
+wait_for() {
+    i=0
+    while ! grep -q "$3" "$1" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt $(($2 * 10)) ] && return 1
+        sleep 0.1
+    done
+}
+
+# ibsim reads commands from stdin and spins at its end: give it a fifo that
+# this script holds open.
+mkfifo ibsim.in && exec 3<>ibsim.in
+topology=net.ibcm hcas="Hca1 Hca2 Hca3 Hca4"
+if [ "$scenario" = scale ]; then
+    # ibsim 0.10 serves at most 10 clients (IBSIM_MAX_CLIENTS), OpenSM one
+    # of them: 8 CM processes, two behind each switch.
+    topology=net.scale hcas="Hca1 Hca3 Hca5 Hca7 Hca9 Hca11 Hca13 Hca15"
+fi
+ibsim -s "$here/$topology" >ibsim.log 2>&1 <ibsim.in &
+pids="$!"
+wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; cat ibsim.log; exit 77; }
+LD_PRELOAD=$sim_so opensm -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
+pids="$! $pids"
+wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
+
+# on HCA ARGS...: runs ARGS on HCA under the preload, bounded.
+on() {
+    hca=$1
+    shift
+    IBCM_DEV_A=ibsim0 SIM_HOST=$hca LD_PRELOAD=$sim_so timeout 60 "$@"
+}
+
+# MASTER comes before the ports are ACTIVE: wait for each HCA's port.
+for hca in $hcas; do
+    i=0
+    until on $hca ibstat 2>/dev/null | grep -q "State: Active"; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "SKIP: $hca never ACTIVE"; exit 77; }
+        sleep 0.1
+    done
+done
+
+port_guid() {
+    on "$1" ibstat -p 2>/dev/null | head -n 1
+}
+
+port_lid() {
+    on "$1" ibstat 2>/dev/null | sed -n 's/.*Base lid: //p' | head -n 1
+}
+
+# Runs the server side ($1) on Hca2 in the background and the client
+# ($2) on Hca1: REQ/REP/RTU and DREQ/DREP across both switches.
+two_sides() {
+    on Hca2 "$peer" "$1" "$dir" "$3" >server.out 2>&1 &
+    server=$!
+    on Hca1 "$peer" "$2" "$dir" "$3" >client.out 2>&1
+    crc=$?
+    [ "$1" = idle ] && touch "$dir/stop"
+    wait $server
+    src=$?
+    echo "--- server (Hca2, rc $src)"; cat server.out
+    echo "--- client (Hca1, rc $crc)"; cat client.out
+    [ $src = 0 ] && [ $crc = 0 ]
+}
+
+case $scenario in
+path)
+    src=$(port_lid Hca1) dst=$(port_lid Hca2) dst_guid=$(port_guid Hca2)
+    keys='dlid|slid|sl|mtu|rate|pkt_life|pkey|hop_flow_raw|tclass|num_path_revers'
+    on Hca1 saquery -p --src-to-dst "$src:$dst" >saquery.out 2>&1 || { cat saquery.out; exit 1; }
+    sed -n 's/^[[:space:]]*\([a-z_]*\)\.\.*\(.*\)$/\1 \2/p' saquery.out | grep -E "^($keys) " | sort >sa.txt
+    on Hca1 "$peer" path "$dst_guid" >peer.out 2>&1 || { cat peer.out; exit 1; }
+    grep -E "^($keys) " peer.out | sort >ibcm.txt
+    echo "saquery -p --src-to-dst $src:$dst        | ibcm_init_path"
+    paste sa.txt ibcm.txt
+    [ -s sa.txt ] && diff sa.txt ibcm.txt
+    ;;
+sa-errors)
+    # No such port: the SA answers with an error status (-EINVAL); then
+    # without OpenSM, nobody answers (-ETIMEDOUT).
+    on Hca1 "$peer" patherr 0x123456789 22 || exit 1
+    kill $(echo $pids | cut -d' ' -f1)
+    on Hca1 "$peer" patherr "$(port_guid Hca2)" 110 || exit 1
+    ;;
+connect-a) two_sides server client a ;;
+connect-b) two_sides server client b ;;
+rej) two_sides idle rej x ;;
+sidr) two_sides sidr-server sidr-client x ;;
+scale)
+    # All-to-all: every pair of the 8 processes connects ${IBCM_SCALE_ROUNDS:-5}
+    # times (28 pairs: 140 connections at 5) and disconnects.
+    rounds=${IBCM_SCALE_ROUNDS:-5}
+    n=0 started=$(date +%s.%N) mesh=
+    for hca in $hcas; do
+        on "$hca" "$peer" mesh "$dir" 8 $n "$rounds" >mesh.$n.out 2>&1 &
+        mesh="$mesh $!"
+        n=$((n + 1))
+    done
+    failed=0
+    for p in $mesh; do wait "$p" || failed=1; done
+    echo "all-to-all: $((28 * rounds)) connections in $(echo "$(date +%s.%N) - $started" | bc) s"
+    cat mesh.*.out
+    [ $failed = 0 ]
+    ;;
+killed)
+    # The passive side's process dies once established (SIGKILL): the
+    # active side's DREQ ends in DREQ_ERROR and timewait.
+    on Hca2 "$peer" server "$dir" k >server.out 2>&1 &
+    on Hca1 "$peer" client "$dir" k >client.out 2>&1 &
+    client=$!
+    i=0
+    until [ -s "$dir/server.pid" ]; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "the server never got established"; cat server.out client.out; exit 1; }
+        sleep 0.1
+    done
+    kill -9 "$(cat "$dir/server.pid")"
+    touch "$dir/killed"
+    wait $client
+    crc=$?
+    echo "--- client (Hca1, rc $crc)"; cat client.out
+    [ $crc = 0 ]
+    ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
