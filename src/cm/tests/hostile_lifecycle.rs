@@ -64,3 +64,40 @@ fn hostile_a_panic_delivering_req_received_leaks_the_new_id() {
     pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
     pair.finish(&[&passive]);
 }
+
+/// The same containment for a timer: a panic while the REQ's retransmission
+/// timer is handled (here: while the next retransmission is armed) drops the
+/// timer. The id keeps its tracked REQ, whose timer is gone: it stays in
+/// REQ_SENT for ever, with no IB_CM_REQ_ERROR, no further retransmission and
+/// nothing that would ever end it (the kernel's MAD layer always completes a
+/// send: a response, a timeout or an error).
+#[test]
+fn hostile_a_panic_in_a_retransmission_timer_leaves_the_req_pending_for_ever() {
+    let pair = Pair::new();
+    // No REQ reaches B: only the retransmissions and their timeout matter.
+    pair.a.drop_next(crate::wire::attr::REQ, 1000).unwrap();
+    // 268 ms response timeouts, 3 retries: the fault is set long before the
+    // first retransmission, and the REQ times out after about 1 s.
+    let params = ReqParams {
+        remote_cm_response_timeout: 16,
+        ..pair.req_params()
+    };
+    super::super::send_req(&pair.active, &params).unwrap();
+    let before = panicked();
+    crate::cm::worker::fault::panic_on_next_timer_of(&pair.active);
+    wait_until("the panic is contained", || panicked() > before);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pair.rec.count(IB_CM_REQ_ERROR) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        pair.rec.count(IB_CM_REQ_ERROR),
+        1,
+        "10 s after a REQ with a 268 ms timeout and 3 retries: no REQ_ERROR; A's state {:?}, \
+         timers armed {}",
+        pair.active.state(),
+        crate::cm::pending().1,
+    );
+    pair.finish(&[]);
+}
