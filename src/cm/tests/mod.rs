@@ -13,6 +13,7 @@ mod hardening;
 mod hardening_device;
 mod hardening_worker;
 mod hostile;
+mod hostile_lifecycle;
 mod lap;
 mod lifecycle;
 mod sidr;
