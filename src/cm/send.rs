@@ -112,6 +112,34 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
             return;
         }
     }
+    report_timeout(id, l);
+}
+
+/// A panic dropped the tracked MAD's timer `timer` (while it resent the MAD
+/// or armed the next retransmission): nothing would ever resend or complete
+/// it, so it completes now as if out of retries, unless a later MAD or timer
+/// replaced it, or the id moved on.
+pub fn retransmit_lost(id: &Arc<CmIdPriv>, timer: TimerId) {
+    let mut l = id.lock();
+    let state = l.state();
+    let Some(msg) = l.inner.msg.as_ref() else {
+        return;
+    };
+    if msg.timer != timer {
+        return;
+    }
+    if still_wanted(msg.sent_in, state) {
+        report_timeout(id, l);
+    } else {
+        l.inner.msg = None;
+    }
+}
+
+/// The tracked MAD is done without an answer (`cm_process_send_error` with
+/// `IB_WC_RESP_TIMEOUT_ERR`): the id leaves the state it was sent in and its
+/// user gets the matching error event.
+fn report_timeout(id: &Arc<CmIdPriv>, mut l: Locked) {
+    let state = l.state();
     l.inner.msg = None;
     let event = match state {
         IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {

@@ -7,7 +7,8 @@
 //!
 //! The worker must outlive anything a work item does: a panic in the engine
 //! while it handles one MAD, event or timer drops that item (counted and
-//! logged) and the worker goes on with the next. A C
+//! logged), makes good what the item stood for (`recover_lost_event`,
+//! `recover_lost_timer`) and the worker goes on with the next. A C
 //! handler must not unwind (it is called as `extern "C"`: C++ exceptions and
 //! `longjmp` out of it are the caller's undefined behaviour), so such panics
 //! come from this library's own code. The thread blocks every signal
@@ -225,14 +226,16 @@ pub fn panicked() -> u64 {
 }
 
 /// Runs one work item or timer; a panic drops it, and the worker goes on.
-fn contain(what: &str, f: impl FnOnce()) {
+/// False if it panicked.
+fn contain(what: &str, f: impl FnOnce()) -> bool {
     if catch_unwind(AssertUnwindSafe(f)).is_ok() {
-        return;
+        return true;
     }
     PANICKED.fetch_add(1, Ordering::Relaxed);
     // The panic may have left a handler's mark on this thread.
     IN_HANDLER.with(|h| h.set([0; 2]));
     ibcm_log!(Error, "internal error while handling {what}: dropped");
+    false
 }
 
 /// Work items taken per turn of the queue lock: fewer lock round trips with
@@ -295,7 +298,9 @@ fn run() {
             TAKEN.store(batch.len(), Ordering::Relaxed);
         }
         for (timer, work) in timers.drain(..) {
-            contain("a timer", || fire(timer, work));
+            if !contain("a timer", || fire(timer, &work)) {
+                contain("a lost timer", || recover_lost_timer(timer, &work));
+            }
         }
         for work in batch.drain(..) {
             TAKEN.fetch_sub(1, Ordering::Relaxed);
@@ -305,13 +310,21 @@ fn run() {
                     port,
                     addr,
                     mad,
-                } => contain("a received MAD", || handle_recv(&device, port, addr, mad)),
-                Work::Deliver { id, event } => contain("an event", || deliver(&id, &event)),
-                Work::Checked { id, check } => contain("an event", || {
-                    if let Some(event) = check(&id) {
-                        deliver(&id, &event);
+                } => {
+                    contain("a received MAD", || handle_recv(&device, port, addr, mad));
+                }
+                Work::Deliver { id, event } => {
+                    if !contain("an event", || deliver(&id, &event)) {
+                        contain("a lost event", || recover_lost_event(&id, &event));
                     }
-                }),
+                }
+                Work::Checked { id, check } => {
+                    contain("an event", || {
+                        if let Some(event) = check(&id) {
+                            deliver(&id, &event);
+                        }
+                    });
+                }
             }
         }
     }
@@ -329,7 +342,7 @@ fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     }
 }
 
-fn fire(timer: TimerId, work: TimerWork) {
+fn fire(timer: TimerId, work: &TimerWork) {
     match work {
         TimerWork::Retransmit(id) => {
             if let Some(id) = id.upgrade() {
@@ -341,6 +354,39 @@ fn fire(timer: TimerId, work: TimerWork) {
                 timewait::timewait_handler(&id, timer);
             }
         }
+    }
+}
+
+/// A panic dropped the timer `timer`: nothing else would ever end what it
+/// stood for (the kernel's MAD layer always completes a send).
+fn recover_lost_timer(timer: TimerId, work: &TimerWork) {
+    match work {
+        TimerWork::Retransmit(id) => {
+            if let Some(id) = id.upgrade() {
+                send::retransmit_lost(&id, timer);
+            }
+        }
+        // The handler acts only on the timewait that armed `timer`, so it is
+        // its own recovery: run again, it ends the timewait if the panic came
+        // first, and does nothing if the id had left it already. Ending the
+        // timewait early rather than re-arming it is what the kernel's
+        // cm_timewait_handler does at the deadline anyway, with less code.
+        TimerWork::TimewaitExit(id) => {
+            if let Some(id) = id.upgrade() {
+                timewait::timewait_handler(&id, timer);
+            }
+        }
+    }
+}
+
+/// A panic dropped `event` of `id`. A new id's REQ_RECEIVED or
+/// SIDR_REQ_RECEIVED was the only way its user could learn of it: nobody
+/// will ever answer it, so it goes silently (as after a REQ handler's
+/// `-ENOMEM`), and the peer's retransmission gets another chance. The user
+/// owns an id that got any other event: it stays as it is.
+fn recover_lost_event(id: &Arc<CmIdPriv>, event: &CmEvent) {
+    if listen::listener_of(event).is_some() {
+        destroy::destroy_id(id, -libc::ENOMEM);
     }
 }
 
@@ -381,16 +427,43 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
 #[cfg(test)]
 pub mod fault {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use parking_lot::Mutex;
 
     use super::TimerWork;
     use crate::cm::device::Device;
     use crate::cm::id::CmIdPriv;
 
-    /// The device whose next received MAD panics the worker (0: none).
-    static PANIC_RECEIVING_ON: AtomicUsize = AtomicUsize::new(0);
-    /// The id whose next retransmission timer panics while being armed.
-    static PANIC_ARMING_FOR: AtomicUsize = AtomicUsize::new(0);
+    /// The devices whose next received MAD panics the worker. A set, not
+    /// one slot: tests that run in parallel must not take each other's fault.
+    static PANIC_RECEIVING_ON: Faults = Faults::new();
+    /// The ids whose next retransmission timer panics while being armed.
+    static PANIC_ARMING_FOR: Faults = Faults::new();
+
+    /// Addresses, each of which panics once.
+    struct Faults(Mutex<Vec<usize>>);
+
+    impl Faults {
+        const fn new() -> Self {
+            Self(Mutex::new(Vec::new()))
+        }
+
+        fn set(&self, addr: usize) {
+            quiet_injected_panics();
+            self.0.lock().push(addr);
+        }
+
+        /// Panics if `addr` has a fault set, and clears it.
+        fn hit(&self, addr: usize) {
+            let mut faults = self.0.lock();
+            let Some(at) = faults.iter().position(|&a| a == addr) else {
+                return;
+            };
+            faults.swap_remove(at);
+            drop(faults);
+            std::panic::panic_any(INJECTED);
+        }
+    }
 
     /// Injected panics print nothing: the default hook would print (and,
     /// with RUST_BACKTRACE, symbolise) a backtrace on the worker, which
@@ -414,35 +487,20 @@ pub mod fault {
     const INJECTED: &str = "fault injected";
 
     pub fn panic_on_next_mad_to(device: &Arc<Device>) {
-        quiet_injected_panics();
-        PANIC_RECEIVING_ON.store(Arc::as_ptr(device) as usize, Ordering::SeqCst);
+        PANIC_RECEIVING_ON.set(Arc::as_ptr(device) as usize);
     }
 
     pub fn panic_on_next_timer_of(id: &Arc<CmIdPriv>) {
-        quiet_injected_panics();
-        PANIC_ARMING_FOR.store(Arc::as_ptr(id) as usize, Ordering::SeqCst);
+        PANIC_ARMING_FOR.set(Arc::as_ptr(id) as usize);
     }
 
     pub(super) fn maybe_panic_receiving(device: &Arc<Device>) {
-        let me = Arc::as_ptr(device) as usize;
-        if PANIC_RECEIVING_ON
-            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            std::panic::panic_any(INJECTED);
-        }
+        PANIC_RECEIVING_ON.hit(Arc::as_ptr(device) as usize);
     }
 
     pub(super) fn maybe_panic_arming(work: &TimerWork) {
-        let TimerWork::Retransmit(id) = work else {
-            return;
-        };
-        let me = id.as_ptr() as usize;
-        if PANIC_ARMING_FOR
-            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            std::panic::panic_any(INJECTED);
+        if let TimerWork::Retransmit(id) = work {
+            PANIC_ARMING_FOR.hit(id.as_ptr() as usize);
         }
     }
 }
