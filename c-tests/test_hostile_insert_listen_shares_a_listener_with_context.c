@@ -70,7 +70,16 @@ int main(void) {
   CHECK_EQ(PTR_ERR(shared), -EINVAL);
   ib_destroy_cm_id(mine);
   free(ctx);
+
+  /* The kernel's WARN_ON(!cm_handler): a NULL handler is refused, whether
+   * a listener exists or not (and none is made). */
+  CHECK_EQ(PTR_ERR(ib_cm_insert_listen(dev_b, NULL, htobe64(SERVICE_ID))), -EINVAL);
+  struct ib_cm_id *nobody = ib_cm_insert_listen(dev_b, test_handler, htobe64(SERVICE_ID));
+  CHECK(!IS_ERR(nobody));
+  CHECK_EQ(PTR_ERR(ib_cm_insert_listen(dev_b, NULL, htobe64(SERVICE_ID))), -EINVAL);
+  ib_destroy_cm_id(nobody);
   test_finish();
-  puts("ib_cm_insert_listen never shares a listener that has a context: OK");
+  puts("ib_cm_insert_listen never shares a listener that has a context, nor takes a NULL "
+       "handler: OK");
   return 0;
 }
