@@ -162,6 +162,7 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     }
     drop(t);
     device.close();
+    tables::quarantine_device(device);
     Ok(())
 }
 
