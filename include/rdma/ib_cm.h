@@ -911,7 +911,9 @@ int ib_send_cm_mra(struct ib_cm_id *cm_id,
 struct ib_device *ibcm_open_device(const char *name);
 
 /*
- Closes a device; `-EBUSY` while cm_ids of it remain.
+ Closes a device; `-EBUSY` while cm_ids of it remain (when some do, it
+ first lets the worker finish the work queued before the call, 2 s at
+ most, unless called from a handler).
  */
 int ibcm_close_device(struct ib_device *device);
 

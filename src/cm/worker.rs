@@ -18,6 +18,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,9 @@ pub enum Work {
         id: Arc<CmIdPriv>,
         check: fn(&Arc<CmIdPriv>) -> Option<CmEvent>,
     },
+    /// Tells the waiter of `wait_for_queued_work` that every item queued
+    /// before this one was handled.
+    Barrier(SyncSender<()>),
 }
 
 /// What a timer does when it fires.
@@ -74,6 +78,8 @@ thread_local! {
     /// The cm_id whose handler runs on this thread, and the listener whose
     /// callback guard that handler runs under (0: none).
     static IN_HANDLER: Cell<[usize; 2]> = const { Cell::new([0; 2]) };
+    /// True on the worker thread.
+    static ON_WORKER: Cell<bool> = const { Cell::new(false) };
 }
 
 fn push(work: Work) {
@@ -147,6 +153,20 @@ pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
 pub fn cancel_timer(timer: TimerId) {
     // The payload (a weak id reference) is dropped after the lock.
     let _payload = QUEUE.0.lock().timers.cancel(timer);
+}
+
+/// Waits until the worker has handled every work item queued before this
+/// call, for `bound` at most; false if it did not in time. Never call it on
+/// the worker (`on_worker`): it would wait for itself.
+pub fn wait_for_queued_work(bound: Duration) -> bool {
+    let (done, handled) = sync_channel(1);
+    push(Work::Barrier(done));
+    handled.recv_timeout(bound).is_ok()
+}
+
+/// True on the worker thread, that is inside a handler.
+pub fn on_worker() -> bool {
+    ON_WORKER.with(Cell::get)
 }
 
 /// (queued work items, armed timers): both zero when the library is idle.
@@ -266,6 +286,7 @@ fn spin_for_work() {
 }
 
 fn run() {
+    ON_WORKER.with(|w| w.set(true));
     let (queue, ready) = &*QUEUE;
     let mut timers = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
@@ -317,6 +338,10 @@ fn run() {
                     if !contain("an event", || deliver(&id, &event)) {
                         contain("a lost event", || recover_lost_event(&id, &event));
                     }
+                }
+                Work::Barrier(done) => {
+                    // The waiter may have given up: nobody to tell then.
+                    let _ = done.try_send(());
                 }
                 Work::Checked { id, check } => {
                     contain("an event", || {
