@@ -82,17 +82,9 @@ fn still_wanted(sent_in: ib_cm_state, now: ib_cm_state) -> bool {
 /// `IB_WC_RESP_TIMEOUT_ERR`).
 pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     let mut l = id.lock();
-    let state = l.state();
-    let Some(msg) = l.inner.msg.as_mut() else {
+    let Some(msg) = timed_msg(&mut l, timer) else {
         return;
     };
-    if msg.timer != timer {
-        return; // a timer of an earlier, replaced MAD
-    }
-    if !still_wanted(msg.sent_in, state) {
-        l.inner.msg = None;
-        return;
-    }
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
@@ -121,18 +113,22 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
 /// replaced it, or the id moved on.
 pub fn retransmit_lost(id: &Arc<CmIdPriv>, timer: TimerId) {
     let mut l = id.lock();
-    let state = l.state();
-    let Some(msg) = l.inner.msg.as_ref() else {
-        return;
-    };
-    if msg.timer != timer {
-        return;
-    }
-    if still_wanted(msg.sent_in, state) {
+    if timed_msg(&mut l, timer).is_some() {
         report_timeout(id, l);
-    } else {
-        l.inner.msg = None;
     }
+}
+
+/// The tracked MAD whose timer `timer` is, if it is still wanted (one that
+/// is not is forgotten); `None` as well for a timer of an earlier, replaced
+/// MAD.
+fn timed_msg<'l>(l: &'l mut Locked, timer: TimerId) -> Option<&'l mut TrackedMsg> {
+    let state = l.state();
+    let msg = l.inner.msg.as_ref().filter(|msg| msg.timer == timer)?;
+    if !still_wanted(msg.sent_in, state) {
+        l.inner.msg = None;
+        return None;
+    }
+    l.inner.msg.as_deref_mut()
 }
 
 /// The tracked MAD is done without an answer (`cm_process_send_error` with

@@ -8,7 +8,7 @@
 //! The worker must outlive anything a work item does: a panic in the engine
 //! while it handles one MAD, event or timer drops that item (counted and
 //! logged), makes good what the item stood for (`recover_lost_event`,
-//! `recover_lost_timer`) and the worker goes on with the next. A C
+//! `fire` once more) and the worker goes on with the next. A C
 //! handler must not unwind (it is called as `extern "C"`: C++ exceptions and
 //! `longjmp` out of it are the caller's undefined behaviour), so such panics
 //! come from this library's own code. The thread blocks every signal
@@ -319,8 +319,8 @@ fn run() {
             TAKEN.store(batch.len(), Ordering::Relaxed);
         }
         for (timer, work) in timers.drain(..) {
-            if !contain("a timer", || fire(timer, &work)) {
-                contain("a lost timer", || recover_lost_timer(timer, &work));
+            if !contain("a timer", || fire(timer, &work, false)) {
+                contain("a lost timer", || fire(timer, &work, true));
             }
         }
         for work in batch.drain(..) {
@@ -367,35 +367,25 @@ fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     }
 }
 
-fn fire(timer: TimerId, work: &TimerWork) {
+/// Runs the timer `timer`. `lost`: a panic dropped its first run, and
+/// nothing else would ever end what it stood for (the kernel's MAD layer
+/// always completes a send): this run makes good for it.
+fn fire(timer: TimerId, work: &TimerWork, lost: bool) {
     match work {
         TimerWork::Retransmit(id) => {
             if let Some(id) = id.upgrade() {
-                send::retransmit_handler(&id, timer);
-            }
-        }
-        TimerWork::TimewaitExit(id) => {
-            if let Some(id) = id.upgrade() {
-                timewait::timewait_handler(&id, timer);
-            }
-        }
-    }
-}
-
-/// A panic dropped the timer `timer`: nothing else would ever end what it
-/// stood for (the kernel's MAD layer always completes a send).
-fn recover_lost_timer(timer: TimerId, work: &TimerWork) {
-    match work {
-        TimerWork::Retransmit(id) => {
-            if let Some(id) = id.upgrade() {
-                send::retransmit_lost(&id, timer);
+                if lost {
+                    send::retransmit_lost(&id, timer);
+                } else {
+                    send::retransmit_handler(&id, timer);
+                }
             }
         }
         // The handler acts only on the timewait that armed `timer`, so it is
         // its own recovery: run again, it ends the timewait if the panic came
         // first, and does nothing if the id had left it already. Ending the
-        // timewait early rather than re-arming it is what the kernel's
-        // cm_timewait_handler does at the deadline anyway, with less code.
+        // timewait rather than re-arming it is what cm_timewait_handler does
+        // at the deadline anyway, and needs no second timer.
         TimerWork::TimewaitExit(id) => {
             if let Some(id) = id.upgrade() {
                 timewait::timewait_handler(&id, timer);
