@@ -501,6 +501,13 @@ pub mod fault {
 
     const INJECTED: &str = "fault injected";
 
+    /// Panics at once, quietly (a handler of a test that stands for a
+    /// library bug on the worker).
+    pub fn panic_now() -> ! {
+        quiet_injected_panics();
+        std::panic::panic_any(INJECTED)
+    }
+
     pub fn panic_on_next_mad_to(device: &Arc<Device>) {
         PANIC_RECEIVING_ON.set(Arc::as_ptr(device) as usize);
     }

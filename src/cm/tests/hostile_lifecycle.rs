@@ -28,7 +28,9 @@ fn hostile_a_panic_delivering_req_received_leaks_the_new_id() {
         IB_CM_REQ_RECEIVED,
         Arc::new(move |id, _| {
             if !first.swap(true, Ordering::SeqCst) {
-                panic!("hostile: the first REQ_RECEIVED panics");
+                // Quietly: a backtrace printed on the worker takes seconds
+                // under ThreadSanitizer, and other tests' REQs time out.
+                crate::cm::worker::fault::panic_now();
             }
             super::super::send_rep(id, &rep_params(&[])).unwrap();
             0
