@@ -745,9 +745,10 @@ struct ib_cm_id *ib_create_cm_id(struct ib_device *device, ib_cm_handler cm_hand
 
 /*
  Returns the listener for `service_id` (`__be64`) on `device` that uses
- `cm_handler`, sharing it (each caller destroys it once), or creates one
- with a NULL context. `ERR_PTR(-EINVAL)` when another handler listens on
- that service ID, or for a device that is not open.
+ `cm_handler` and has no context, sharing it (each caller destroys it
+ once), or creates one with a NULL context. `ERR_PTR(-EINVAL)` when the
+ listener on that service ID has another handler or a context, for a NULL
+ `cm_handler`, or for a device that is not open.
  */
 struct ib_cm_id *ib_cm_insert_listen(struct ib_device *device,
                                      ib_cm_handler cm_handler,
@@ -928,7 +929,9 @@ int ib_send_cm_mra(struct ib_cm_id *cm_id,
 struct ib_device *ibcm_open_device(const char *name);
 
 /*
- Closes a device; `-EBUSY` while cm_ids of it remain.
+ Closes a device; `-EBUSY` while cm_ids of it remain (when some do, it
+ first lets the worker finish the work queued before the call, 2 s at
+ most, unless called from a handler).
  */
 int ibcm_close_device(struct ib_device *device);
 

@@ -52,8 +52,10 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
 }
 
 /// `ib_cm_insert_listen()`: the listener for `service_id` on `device` whose
-/// handler is `handler_key` (shared, counted: each caller destroys it once),
-/// or a new one. `-EINVAL` when another handler listens there already.
+/// handler is `handler_key` and that has no context (shared, counted: each
+/// caller destroys it once), or a new one. `-EINVAL` for a NULL handler (0),
+/// and, as `cm_insert_listen`, when the listener there has another handler
+/// or a context: that one is its owner's alone.
 ///
 /// Like the kernel's, such a listener is not findable by comm ID: it never
 /// receives a MAD addressed to it.
@@ -63,6 +65,9 @@ pub fn insert_listen(
     handler_key: usize,
     service_id: u64,
 ) -> CmResult<Arc<CmIdPriv>> {
+    if handler_key == 0 {
+        return Err(EINVAL); // the kernel's WARN_ON(!cm_handler)
+    }
     let key = (Arc::as_ptr(device) as usize, service_id);
     loop {
         let existing = tables().listen.get(&key).cloned();
@@ -71,7 +76,7 @@ pub fn insert_listen(
             if l.state() != IB_CM_LISTEN || cur.is_destroyed() || l.inner.service_id != service_id {
                 continue; // it is going away: look again
             }
-            if cur.public.cm_handler.load(Ordering::Relaxed) != handler_key {
+            if !shareable(&cur, handler_key) {
                 return Err(EINVAL);
             }
             l.inner.listen_sharecount += 1;
@@ -95,6 +100,15 @@ pub fn insert_listen(
         drop(l);
         return Ok(id);
     }
+}
+
+/// Whether `listener` may be shared with a caller of `ib_cm_insert_listen`
+/// whose handler is `handler_key`: only with the same handler, and no
+/// context (a context belongs to the user of ib_cm_listen, who frees it
+/// after destroying the listener while it would go on listening).
+fn shareable(listener: &CmIdPriv, handler_key: usize) -> bool {
+    listener.public.cm_handler.load(Ordering::Relaxed) == handler_key
+        && listener.public.context.load(Ordering::Relaxed) == 0
 }
 
 /// The listener that made the new id an event is for (REQ_RECEIVED,

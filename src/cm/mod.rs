@@ -39,6 +39,7 @@ mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 pub use bounded::{MAX_DISCONNECT_TIMEOUT_MS, set_disconnect_timeout};
 pub use destroy::destroy_id;
@@ -154,8 +155,22 @@ pub fn lookup_device(addr: usize) -> Option<Arc<Device>> {
     tables().devices.get(&addr).cloned()
 }
 
+/// How long `close_device` waits for the worker to finish the work queued
+/// before it, when ids of the device remain.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// `ibcm_close_device()`: `-EBUSY` while cm_ids of the device remain.
+///
+/// Some ids the user never saw, and cannot destroy, go only when the worker
+/// reaches the work queued for them: a new id whose REQ_RECEIVED (or
+/// SIDR_REQ_RECEIVED) is still queued, to be refused when its listener is
+/// gone. So when ids remain, close first lets the worker finish the work
+/// queued before the call ([`CLOSE_WAIT`] at most), then looks again. Not on
+/// the worker (a handler calling close): it would wait for itself.
 pub fn close_device(device: &Arc<Device>) -> CmResult {
+    if device.id_count() != 0 && !worker::on_worker() {
+        worker::wait_for_queued_work(CLOSE_WAIT);
+    }
     let mut t = tables();
     if device.id_count() != 0 {
         return Err(EBUSY);
@@ -165,6 +180,7 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     }
     drop(t);
     device.close();
+    tables::quarantine_device(device);
     Ok(())
 }
 

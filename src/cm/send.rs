@@ -83,17 +83,9 @@ fn still_wanted(sent_in: ib_cm_state, now: ib_cm_state) -> bool {
 /// `IB_WC_RESP_TIMEOUT_ERR`).
 pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     let mut l = id.lock();
-    let state = l.state();
-    let Some(msg) = l.inner.msg.as_mut() else {
+    let Some(msg) = timed_msg(&mut l, timer) else {
         return;
     };
-    if msg.timer != timer {
-        return; // a timer of an earlier, replaced MAD
-    }
-    if !still_wanted(msg.sent_in, state) {
-        l.inner.msg = None;
-        return;
-    }
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
@@ -122,6 +114,39 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     if let Some(msg) = l.inner.msg.take() {
         trace::timeout(&l, &msg.mad);
     }
+    report_timeout(id, l);
+}
+
+/// A panic dropped the tracked MAD's timer `timer` (while it resent the MAD
+/// or armed the next retransmission): nothing would ever resend or complete
+/// it, so it completes now as if out of retries, unless a later MAD or timer
+/// replaced it, or the id moved on.
+pub fn retransmit_lost(id: &Arc<CmIdPriv>, timer: TimerId) {
+    let mut l = id.lock();
+    if timed_msg(&mut l, timer).is_some() {
+        report_timeout(id, l);
+    }
+}
+
+/// The tracked MAD whose timer `timer` is, if it is still wanted (one that
+/// is not is forgotten); `None` as well for a timer of an earlier, replaced
+/// MAD.
+fn timed_msg<'l>(l: &'l mut Locked, timer: TimerId) -> Option<&'l mut TrackedMsg> {
+    let state = l.state();
+    let msg = l.inner.msg.as_ref().filter(|msg| msg.timer == timer)?;
+    if !still_wanted(msg.sent_in, state) {
+        l.inner.msg = None;
+        return None;
+    }
+    l.inner.msg.as_deref_mut()
+}
+
+/// The tracked MAD is done without an answer (`cm_process_send_error` with
+/// `IB_WC_RESP_TIMEOUT_ERR`): the id leaves the state it was sent in and its
+/// user gets the matching error event.
+fn report_timeout(id: &Arc<CmIdPriv>, mut l: Locked) {
+    let state = l.state();
+    l.inner.msg = None;
     let event = match state {
         IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
             reset_to_idle(&mut l, "REQ timed out");

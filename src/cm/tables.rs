@@ -150,25 +150,45 @@ impl Tables {
 /// How many destroyed ids keep their memory before it may be reused.
 pub const ID_QUARANTINE: usize = 1024;
 
-/// The last `ID_QUARANTINE` destroyed ids, oldest first. A weak reference
-/// drops the id but keeps its allocation (about 300 bytes), so the allocator
-/// cannot hand that address to a new id at once.
-static QUARANTINE: LazyLock<Mutex<VecDeque<Weak<CmIdPriv>>>> =
-    LazyLock::new(|| Mutex::new(VecDeque::with_capacity(ID_QUARANTINE + 1)));
+/// How many closed devices keep their memory before it may be reused.
+pub const DEVICE_QUARANTINE: usize = 64;
+
+/// The last `N` objects C must no longer use, oldest first. A weak reference
+/// drops the object but keeps its allocation, so the allocator cannot hand
+/// that address to a new one at once: a stale C pointer finds nothing in the
+/// tables (`-EINVAL`) rather than someone else's new object.
+struct Quarantine<T, const N: usize>(LazyLock<Mutex<VecDeque<Weak<T>>>>);
+
+impl<T, const N: usize> Quarantine<T, N> {
+    const fn new() -> Self {
+        Self(LazyLock::new(|| Mutex::new(VecDeque::with_capacity(N + 1))))
+    }
+
+    fn keep(&self, gone: &Arc<T>) {
+        let released = {
+            let mut q = self.0.lock();
+            q.push_back(Arc::downgrade(gone));
+            if q.len() > N { q.pop_front() } else { None }
+        };
+        // Freeing the memory happens here, after the lock.
+        drop(released);
+    }
+}
+
+/// Destroyed ids: about 300 bytes each.
+static ID_ADDRESSES: Quarantine<CmIdPriv, ID_QUARANTINE> = Quarantine::new();
+/// Closed devices: their contents (transport, ports, counters) are freed at
+/// close as before; only the `Device` allocation itself is kept.
+static DEVICE_ADDRESSES: Quarantine<Device, DEVICE_QUARANTINE> = Quarantine::new();
 
 /// Keeps the address of `id`, just destroyed, from being reused until
-/// `ID_QUARANTINE` more ids were destroyed: a stale C pointer to it finds
-/// no id (`-EINVAL`) rather than someone else's new one.
+/// `ID_QUARANTINE` more ids were destroyed.
 pub fn quarantine(id: &Arc<CmIdPriv>) {
-    let released = {
-        let mut q = QUARANTINE.lock();
-        q.push_back(Arc::downgrade(id));
-        if q.len() > ID_QUARANTINE {
-            q.pop_front()
-        } else {
-            None
-        }
-    };
-    // Freeing the memory happens here, after the lock.
-    drop(released);
+    ID_ADDRESSES.keep(id);
+}
+
+/// Keeps the address of `device`, just closed, from being reused until
+/// `DEVICE_QUARANTINE` more devices were closed.
+pub fn quarantine_device(device: &Arc<Device>) {
+    DEVICE_ADDRESSES.keep(device);
 }

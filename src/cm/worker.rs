@@ -7,7 +7,8 @@
 //!
 //! The worker must outlive anything a work item does: a panic in the engine
 //! while it handles one MAD, event or timer drops that item (counted and
-//! logged) and the worker goes on with the next. A C
+//! logged), makes good what the item stood for (`recover_lost_event`,
+//! `fire` once more) and the worker goes on with the next. A C
 //! handler must not unwind (it is called as `extern "C"`: C++ exceptions and
 //! `longjmp` out of it are the caller's undefined behaviour), so such panics
 //! come from this library's own code. The thread blocks every signal
@@ -17,6 +18,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,9 @@ pub enum Work {
         id: Arc<CmIdPriv>,
         check: fn(&Arc<CmIdPriv>) -> Option<CmEvent>,
     },
+    /// Tells the waiter of `wait_for_queued_work` that every item queued
+    /// before this one was handled.
+    Barrier(SyncSender<()>),
 }
 
 /// What a timer does when it fires.
@@ -73,6 +78,8 @@ thread_local! {
     /// The cm_id whose handler runs on this thread, and the listener whose
     /// callback guard that handler runs under (0: none).
     static IN_HANDLER: Cell<[usize; 2]> = const { Cell::new([0; 2]) };
+    /// True on the worker thread.
+    static ON_WORKER: Cell<bool> = const { Cell::new(false) };
 }
 
 fn push(work: Work) {
@@ -192,6 +199,20 @@ pub fn cancel_timer(timer: TimerId) {
     let _payload = QUEUE.0.lock().timers.cancel(timer);
 }
 
+/// Waits until the worker has handled every work item queued before this
+/// call, for `bound` at most; false if it did not in time. Never call it on
+/// the worker (`on_worker`): it would wait for itself.
+pub fn wait_for_queued_work(bound: Duration) -> bool {
+    let (done, handled) = sync_channel(1);
+    push(Work::Barrier(done));
+    handled.recv_timeout(bound).is_ok()
+}
+
+/// True on the worker thread, that is inside a handler.
+pub fn on_worker() -> bool {
+    ON_WORKER.with(Cell::get)
+}
+
 /// (queued work items, armed timers): both zero when the library is idle.
 pub fn pending() -> (usize, usize) {
     let queue = QUEUE.0.lock();
@@ -270,14 +291,16 @@ pub fn panicked() -> u64 {
 }
 
 /// Runs one work item or timer; a panic drops it, and the worker goes on.
-fn contain(what: &str, f: impl FnOnce()) {
+/// False if it panicked.
+fn contain(what: &str, f: impl FnOnce()) -> bool {
     if catch_unwind(AssertUnwindSafe(f)).is_ok() {
-        return;
+        return true;
     }
     PANICKED.fetch_add(1, Ordering::Relaxed);
     // The panic may have left a handler's mark on this thread.
     IN_HANDLER.with(|h| h.set([0; 2]));
     ibcm_log!(Error, "internal error while handling {what}: dropped");
+    false
 }
 
 /// Work items taken per turn of the queue lock: fewer lock round trips with
@@ -308,6 +331,7 @@ fn spin_for_work() {
 }
 
 fn run() {
+    ON_WORKER.with(|w| w.set(true));
     let (queue, ready) = &*QUEUE;
     let mut timers = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
@@ -340,7 +364,9 @@ fn run() {
             TAKEN.store(batch.len(), Ordering::Relaxed);
         }
         for (timer, work) in timers.drain(..) {
-            contain("a timer", || fire(timer, work));
+            if !contain("a timer", || fire(timer, &work, false)) {
+                contain("a lost timer", || fire(timer, &work, true));
+            }
         }
         for work in batch.drain(..) {
             TAKEN.fetch_sub(1, Ordering::Relaxed);
@@ -358,13 +384,25 @@ fn run_work(work: Work) {
             port,
             addr,
             mad,
-        } => contain("a received MAD", || handle_recv(&device, port, addr, mad)),
-        Work::Deliver { id, event } => contain("an event", || deliver(&id, &event)),
-        Work::Checked { id, check } => contain("an event", || {
-            if let Some(event) = check(&id) {
-                deliver(&id, &event);
+        } => {
+            contain("a received MAD", || handle_recv(&device, port, addr, mad));
+        }
+        Work::Deliver { id, event } => {
+            if !contain("an event", || deliver(&id, &event)) {
+                contain("a lost event", || recover_lost_event(&id, &event));
             }
-        }),
+        }
+        Work::Barrier(done) => {
+            // The waiter may have given up: nobody to tell then.
+            let _ = done.try_send(());
+        }
+        Work::Checked { id, check } => {
+            contain("an event", || {
+                if let Some(event) = check(&id) {
+                    deliver(&id, &event);
+                }
+            });
+        }
     }
 }
 
@@ -380,18 +418,41 @@ fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
     }
 }
 
-fn fire(timer: TimerId, work: TimerWork) {
+/// Runs the timer `timer`. `lost`: a panic dropped its first run, and
+/// nothing else would ever end what it stood for (the kernel's MAD layer
+/// always completes a send): this run makes good for it.
+fn fire(timer: TimerId, work: &TimerWork, lost: bool) {
     match work {
         TimerWork::Retransmit(id) => {
             if let Some(id) = id.upgrade() {
-                send::retransmit_handler(&id, timer);
+                if lost {
+                    send::retransmit_lost(&id, timer);
+                } else {
+                    send::retransmit_handler(&id, timer);
+                }
             }
         }
+        // The handler acts only on the timewait that armed `timer`, so it is
+        // its own recovery: run again, it ends the timewait if the panic came
+        // first, and does nothing if the id had left it already. Ending the
+        // timewait rather than re-arming it is what cm_timewait_handler does
+        // at the deadline anyway, and needs no second timer.
         TimerWork::TimewaitExit(id) => {
             if let Some(id) = id.upgrade() {
                 timewait::timewait_handler(&id, timer);
             }
         }
+    }
+}
+
+/// A panic dropped `event` of `id`. A new id's REQ_RECEIVED or
+/// SIDR_REQ_RECEIVED was the only way its user could learn of it: nobody
+/// will ever answer it, so it goes silently (as after a REQ handler's
+/// `-ENOMEM`), and the peer's retransmission gets another chance. The user
+/// owns an id that got any other event: it stays as it is.
+fn recover_lost_event(id: &Arc<CmIdPriv>, event: &CmEvent) {
+    if listen::listener_of(event).is_some() {
+        destroy::destroy_id(id, -libc::ENOMEM);
     }
 }
 
@@ -436,16 +497,43 @@ fn deliver(id: &Arc<CmIdPriv>, event: &CmEvent) {
 #[cfg(test)]
 pub mod fault {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use parking_lot::Mutex;
 
     use super::TimerWork;
     use crate::cm::device::Device;
     use crate::cm::id::CmIdPriv;
 
-    /// The device whose next received MAD panics the worker (0: none).
-    static PANIC_RECEIVING_ON: AtomicUsize = AtomicUsize::new(0);
-    /// The id whose next retransmission timer panics while being armed.
-    static PANIC_ARMING_FOR: AtomicUsize = AtomicUsize::new(0);
+    /// The devices whose next received MAD panics the worker. A set, not
+    /// one slot: tests that run in parallel must not take each other's fault.
+    static PANIC_RECEIVING_ON: Faults = Faults::new();
+    /// The ids whose next retransmission timer panics while being armed.
+    static PANIC_ARMING_FOR: Faults = Faults::new();
+
+    /// Addresses, each of which panics once.
+    struct Faults(Mutex<Vec<usize>>);
+
+    impl Faults {
+        const fn new() -> Self {
+            Self(Mutex::new(Vec::new()))
+        }
+
+        fn set(&self, addr: usize) {
+            quiet_injected_panics();
+            self.0.lock().push(addr);
+        }
+
+        /// Panics if `addr` has a fault set, and clears it.
+        fn hit(&self, addr: usize) {
+            let mut faults = self.0.lock();
+            let Some(at) = faults.iter().position(|&a| a == addr) else {
+                return;
+            };
+            faults.swap_remove(at);
+            drop(faults);
+            std::panic::panic_any(INJECTED);
+        }
+    }
 
     /// Injected panics print nothing: the default hook would print (and,
     /// with RUST_BACKTRACE, symbolise) a backtrace on the worker, which
@@ -468,36 +556,28 @@ pub mod fault {
 
     const INJECTED: &str = "fault injected";
 
-    pub fn panic_on_next_mad_to(device: &Arc<Device>) {
+    /// Panics at once, quietly (a handler of a test that stands for a
+    /// library bug on the worker).
+    pub fn panic_now() -> ! {
         quiet_injected_panics();
-        PANIC_RECEIVING_ON.store(Arc::as_ptr(device) as usize, Ordering::SeqCst);
+        std::panic::panic_any(INJECTED)
+    }
+
+    pub fn panic_on_next_mad_to(device: &Arc<Device>) {
+        PANIC_RECEIVING_ON.set(Arc::as_ptr(device) as usize);
     }
 
     pub fn panic_on_next_timer_of(id: &Arc<CmIdPriv>) {
-        quiet_injected_panics();
-        PANIC_ARMING_FOR.store(Arc::as_ptr(id) as usize, Ordering::SeqCst);
+        PANIC_ARMING_FOR.set(Arc::as_ptr(id) as usize);
     }
 
     pub(super) fn maybe_panic_receiving(device: &Arc<Device>) {
-        let me = Arc::as_ptr(device) as usize;
-        if PANIC_RECEIVING_ON
-            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            std::panic::panic_any(INJECTED);
-        }
+        PANIC_RECEIVING_ON.hit(Arc::as_ptr(device) as usize);
     }
 
     pub(super) fn maybe_panic_arming(work: &TimerWork) {
-        let TimerWork::Retransmit(id) = work else {
-            return;
-        };
-        let me = id.as_ptr() as usize;
-        if PANIC_ARMING_FOR
-            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            std::panic::panic_any(INJECTED);
+        if let TimerWork::Retransmit(id) = work {
+            PANIC_ARMING_FOR.hit(id.as_ptr() as usize);
         }
     }
 }

@@ -41,9 +41,10 @@ pub extern "C" fn ib_create_cm_id(
 }
 
 /// Returns the listener for `service_id` (`__be64`) on `device` that uses
-/// `cm_handler`, sharing it (each caller destroys it once), or creates one
-/// with a NULL context. `ERR_PTR(-EINVAL)` when another handler listens on
-/// that service ID, or for a device that is not open.
+/// `cm_handler` and has no context, sharing it (each caller destroys it
+/// once), or creates one with a NULL context. `ERR_PTR(-EINVAL)` when the
+/// listener on that service ID has another handler or a context, for a NULL
+/// `cm_handler`, or for a device that is not open.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_cm_insert_listen(
     device: *mut ib_device,

@@ -45,7 +45,9 @@ pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut ib_device
     })
 }
 
-/// Closes a device; `-EBUSY` while cm_ids of it remain.
+/// Closes a device; `-EBUSY` while cm_ids of it remain (when some do, it
+/// first lets the worker finish the work queued before the call, 2 s at
+/// most, unless called from a handler).
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_close_device(device: *mut ib_device) -> c_int {
     with_device(device, cm::close_device)

@@ -57,7 +57,7 @@ fn ece((vendor_id, attr_mod): (u32, u32)) -> rdma_ucm_ece {
 pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
     let handler = id.public.cm_handler.load(Ordering::Acquire);
     if handler == 0 {
-        return 0;
+        return discarded(ev);
     }
     // SAFETY: `cm_handler` holds either 0 or a function pointer C stored there
     // as an `ib_cm_handler` (via `ib_create_cm_id` or `cm_id->cm_handler`).
@@ -69,6 +69,18 @@ pub fn call_c_handler(id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
     // worker holds a reference) and `event`, the paths and the MAD copy it
     // points to (`storage`, untouched until the call returns) outlive the call.
     unsafe { handler(cm_id, &event) }
+}
+
+/// What a discarded event (NULL `cm_handler`) returns. A new id's
+/// REQ_RECEIVED or SIDR_REQ_RECEIVED is the only way its user could learn of
+/// it: discarded, nobody could ever answer or destroy the id. It is refused
+/// as a handler returning non-zero refuses it (`cm_destroy_id`: REJ
+/// CONSUMER_DEFINED, SIDR_REP REJECT). Any other event is dropped.
+fn discarded(ev: &CmEvent) -> i32 {
+    match ev.param {
+        EventParam::ReqRcvd(_) | EventParam::SidrReqRcvd(_) => -libc::ECONNREFUSED,
+        _ => 0,
+    }
 }
 
 /// What an event's pointers point to, alive for the handler's call.
