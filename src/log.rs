@@ -50,10 +50,72 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     format_line(&mut line, tag, args);
     let line = line.finish();
     if level <= max_level() {
-        let _ = std::io::stderr().write_all(line);
+        to_stderr(line);
     }
     if capture::active() {
         capture::offer(line);
+    }
+}
+
+/// Writes `line` to standard error without ever making the caller wait for
+/// its reader: a regular file (or /dev/null) is written at once; a pipe, a
+/// socket or a terminal, whose reader may stall (a supervisor, journald, a
+/// terminal on ^S), gets the line through a bounded queue that one logger
+/// thread writes out. The caller may hold an id lock or be the worker: a
+/// stalled reader must stall nothing but the log. Lines beyond
+/// `QUEUED_LINES`, or while no logger thread can be started, are lost.
+fn to_stderr(line: &[u8]) {
+    if crate::ffi::sys::stderr_never_blocks() {
+        let _ = std::io::stderr().write_all(line);
+        return;
+    }
+    let (queue, ready) = &*LOGGER;
+    let mut q = queue.lock();
+    if !q.started {
+        // Started once; with every signal blocked, like the library's others.
+        let spawned = std::thread::Builder::new()
+            .name("ibcm-log".into())
+            .spawn(|| {
+                crate::ffi::sys::block_all_signals();
+                drain_to_stderr();
+            });
+        if spawned.is_err() {
+            return;
+        }
+        q.started = true;
+    }
+    if q.lines.len() < QUEUED_LINES {
+        q.lines.push_back(line.to_vec());
+        ready.notify_one();
+    }
+}
+
+/// Lines waiting for the logger thread at most: 1 MiB or so of log.
+const QUEUED_LINES: usize = 4096;
+
+#[derive(Default)]
+struct Logger {
+    lines: std::collections::VecDeque<Vec<u8>>,
+    started: bool,
+}
+
+static LOGGER: std::sync::LazyLock<(parking_lot::Mutex<Logger>, parking_lot::Condvar)> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The logger thread: writes queued lines, blocking only itself.
+fn drain_to_stderr() {
+    let (queue, ready) = &*LOGGER;
+    loop {
+        let line = {
+            let mut q = queue.lock();
+            loop {
+                if let Some(line) = q.lines.pop_front() {
+                    break line;
+                }
+                ready.wait(&mut q);
+            }
+        };
+        let _ = std::io::stderr().write_all(&line);
     }
 }
 

@@ -134,7 +134,7 @@ pub(super) fn forget_orphan(child: &Arc<CmIdPriv>) {
         let mut l = child.lock();
         match l.state() {
             IB_CM_REQ_RCVD => forget_req_locked(&mut l),
-            IB_CM_SIDR_REQ_RCVD => forget_sidr_request(&mut l),
+            IB_CM_SIDR_REQ_RCVD => forget_sidr_request(&mut l, "listener gone: request forgotten"),
             // The peer gave up first (a REJ, or a REQ timeout): nothing to say.
             _ => {}
         }

@@ -90,14 +90,14 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
         private_data: pd_array(&p.private_data),
     };
     send_untracked(l, &rep.encode(l.inner.tid, p.ece.1))?;
-    forget_sidr_request(l);
+    forget_sidr_request(l, "SIDR_REP sent");
     Ok(())
 }
 
 /// The request is answered (or its id destroyed): IDLE, and out of the
 /// table of requests in progress (`cm.remote_sidr_table`).
-pub(super) fn forget_sidr_request(l: &mut Locked) {
-    l.set_state(IB_CM_IDLE, "SIDR_REP sent");
+pub(super) fn forget_sidr_request(l: &mut Locked, why: &'static str) {
+    l.set_state(IB_CM_IDLE, why);
     if l.inner.remote_id_linked {
         let key = sidr_key(l.inner.remote_id, &l.inner.av);
         tables().remote_sidr.remove(&key);
@@ -130,7 +130,7 @@ pub fn reject_sidr_req_locked(l: &mut Locked) {
 /// that REJECT on failure themselves ([`refuse_sidr_req`]).
 pub fn answer_sidr_req_locked(l: &mut Locked, status: ib_cm_sidr_status) {
     let _ = send_status_locked(l, status);
-    forget_sidr_request(l);
+    forget_sidr_request(l, "SIDR_REP sent (or lost)");
 }
 
 /// `ib_send_cm_sidr_rep()` with `status` and nothing else.

@@ -47,6 +47,27 @@ pub fn block_all_signals() {
     }
 }
 
+/// Whether standard error is a regular file (or `/dev/null`-like: it never
+/// blocks a writer); false for a pipe, a socket or a terminal, where a
+/// `write(2)` blocks as long as the reader does not read.
+pub fn stderr_never_blocks() -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a whole `struct stat` into `st` when it returns 0,
+    // and `st` is read only then.
+    unsafe {
+        if libc::fstat(libc::STDERR_FILENO, st.as_mut_ptr()) != 0 {
+            return true; // closed: a write fails at once
+        }
+        let mode = st.assume_init().st_mode & libc::S_IFMT;
+        mode == libc::S_IFREG || (mode == libc::S_IFCHR && st.assume_init().st_rdev == null_rdev())
+    }
+}
+
+/// The device number of `/dev/null` (1, 3), which never blocks.
+fn null_rdev() -> libc::dev_t {
+    libc::makedev(1, 3)
+}
+
 /// Whether the calling thread blocks every signal it can block (tests).
 #[cfg(test)]
 pub fn blocks_all_signals() -> bool {
