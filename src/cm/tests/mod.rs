@@ -15,6 +15,7 @@ mod hardening_device;
 mod hardening_worker;
 mod hostile;
 mod hostile_b;
+mod hostile_c;
 mod hostile_lifecycle;
 mod lap;
 mod lifecycle;
