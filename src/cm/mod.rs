@@ -170,6 +170,12 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(2);
 pub fn close_device(device: &Arc<Device>) -> CmResult {
     if device.id_count() != 0 && !worker::on_worker() {
         worker::wait_for_queued_work(CLOSE_WAIT);
+        // In FD mode the worker only queued them: the events pending for the
+        // device run here, as `ibcm_process_events` would run them (none from
+        // inside a handler: -EDEADLK, and then -EBUSY below).
+        if device.id_count() != 0 && device.events.is_fd_mode() {
+            let _ = worker::process_device_events(device, i32::MAX);
+        }
     }
     let mut t = tables();
     if device.id_count() != 0 {
