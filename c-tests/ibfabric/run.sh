@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|scale|scale-drops
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops
 #
 # scale and scale-drops (make ibscale) need the ibsim that
 # scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=32;
@@ -67,8 +67,10 @@ pids="$!"
 wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; cat ibsim.log; exit 77; }
 # scale-drops: no periodic sweeps (-s 0), since a sweep that loses SMPs to
 # the drops makes OpenSM take routes away ("no route to dest lid" in ibsim).
+# lap: LMC 1, two LIDs per port; the second is the LAP's alternate path.
 sweep=
 [ "$scenario" = scale-drops ] && sweep="-s 0"
+[ "$scenario" = lap ] && sweep="-l 1"
 LD_PRELOAD=$sim_so opensm $sweep -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
 pids="$! $pids"
 wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
@@ -191,6 +193,24 @@ scale | scale-drops)
                  END {printf "%d MADs sent, %d retries, %d duplicates received, %d stateless DREPs", m, r, d, s}')"
     [ "$scenario" = scale-drops ] && dropped_report
     [ $failed = 0 ]
+    ;;
+lap)
+    # A LAP from Hca1 to Hca2 with the ports' second LIDs as the alternate
+    # path; ibtracert shows which links each pair of LIDs takes.
+    src=$(port_lid Hca1) dst=$(port_lid Hca2)
+    for pair in "$src $dst" "$((src + 1)) $((dst + 1))"; do
+        echo "--- ibtracert $pair"
+        on Hca1 ibtracert $pair 2>&1 | sed -n 's/^\[\([0-9]*\)\] -> switch .*\[\([0-9]*\)\].*"\(.*\)".*/  out port \1 to \3 port \2/p'
+    done
+    on Hca2 "$peer" lap-server "$dir" >server.out 2>&1 &
+    server=$!
+    on Hca1 "$peer" lap-client "$dir" $((src + 1)) $((dst + 1)) >client.out 2>&1
+    crc=$?
+    wait $server
+    src=$?
+    echo "--- server (Hca2, rc $src)"; cat server.out
+    echo "--- client (Hca1, rc $crc)"; cat client.out
+    [ $src = 0 ] && [ $crc = 0 ]
     ;;
 killed)
     # The passive side's process dies once established (SIGKILL): the
