@@ -210,16 +210,19 @@ static int server(const char *dir, char who) {
   return 0;
 }
 
+/* The path of the last send_req. */
+static struct sa_path_rec req_path;
+
 static struct ib_cm_id *send_req(const char *dir, uint64_t service_id) {
   union ib_gid gid = read_gid(dir);
-  static struct sa_path_rec path;
-  path_to(&gid, &path);
+  struct sa_path_rec *path = &req_path;
+  path_to(&gid, path);
   struct conn_opts o;
   conn_opts_default(&o);
   o.service_id = service_id;
   o.remote_cm_response_timeout = o.local_cm_response_timeout = 18; /* 1 s */
   struct ib_cm_req_param req;
-  req_param_init(&req, &path, &o, next_qpn());
+  req_param_init(&req, path, &o, next_qpn());
   struct ib_cm_id *id = create_id(dev_a, test_handler, NULL);
   CHECK_EQ(ib_send_cm_req(id, &req), 0);
   return id;
@@ -356,12 +359,20 @@ static void check_every_pd(unsigned since, enum ib_cm_event_type type, unsigned 
   }
 }
 
-static void touch_as(const char *dir, const char *what, int me) {
+/* Creates DIR/WHAT. */
+static void touch(const char *dir, const char *what) {
   char name[512];
-  snprintf(name, sizeof(name), "%s/%s.%d", dir, what, me);
+  snprintf(name, sizeof(name), "%s/%s", dir, what);
   FILE *f = fopen(name, "w");
   CHECK(f != NULL);
   CHECK_EQ(fclose(f), 0);
+}
+
+/* Creates DIR/WHAT.ME. */
+static void touch_as(const char *dir, const char *what, int me) {
+  char name[64];
+  snprintf(name, sizeof(name), "%s.%d", what, me);
+  touch(dir, name);
 }
 
 /* Waits (60 s at most) until DIR/WHAT.0 .. DIR/WHAT.(N-1) all exist, or
@@ -550,26 +561,6 @@ static void send_lap(const struct ib_cm_id *id, uint32_t remote_qpn, const struc
   CHECK_EQ(harness_send(harness_fd, harness_qp1_agent, &m, sizeof(m.mad), 0, 0), 0);
 }
 
-static void done_file(char *out, size_t n, const char *dir, const char *what) {
-  snprintf(out, n, "%s/%s", dir, what);
-}
-
-static void touch(const char *dir, const char *what) {
-  char name[512];
-  done_file(name, sizeof(name), dir, what);
-  FILE *f = fopen(name, "w");
-  CHECK(f != NULL);
-  CHECK_EQ(fclose(f), 0);
-}
-
-static void wait_for_file(const char *dir, const char *what) {
-  char name[512];
-  done_file(name, sizeof(name), dir, what);
-  for (long long until = now_ms() + 20000; access(name, F_OK) != 0; sleep_ms(20))
-    if (now_ms() > until)
-      test_fail(__FILE__, __LINE__, "no %s after 20 s", name);
-}
-
 static int lap_server(const char *dir) {
   struct ib_cm_id *listener = create_id(dev_a, lap_handler, NULL);
   CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
@@ -608,7 +599,7 @@ static int lap_server(const char *dir) {
   CHECK_EQ(id->lap_state, IB_CM_MRA_LAP_SENT);
   touch(dir, "mra-sent");
   /* The repeated LAP: no second event, the MRA again (a duplicate). */
-  wait_for_file(dir, "lap-repeated");
+  wait_files(dir, "lap-repeated", 0);
   struct ibcm_counters c;
   for (long long until = now_ms() + 20000;; sleep_ms(20)) {
     CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
@@ -635,28 +626,20 @@ static int lap_server(const char *dir) {
 
 static int lap_client(const char *dir, uint16_t alt_slid, uint16_t alt_dlid) {
   set_drep_pattern();
-  union ib_gid gid = read_gid(dir);
-  static struct sa_path_rec path;
-  path_to(&gid, &path);
-  struct conn_opts o;
-  conn_opts_default(&o);
-  o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
-  struct ib_cm_req_param req;
-  req_param_init(&req, &path, &o, next_qpn());
-  struct ib_cm_id *id = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_send_cm_req(id, &req), 0);
+  struct ib_cm_id *id = send_req(dir, SERVICE_ID);
+  const struct sa_path_rec *path = &req_path;
   const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, 20000);
   CHECK_STATE(id, IB_CM_ESTABLISHED);
   uint32_t remote_qpn = rep->param.rep_rcvd.remote_qpn;
   struct ibcm_counters before, after;
   CHECK_EQ(ibcm_get_counters(dev_a, 1, &before), 0);
-  send_lap(id, remote_qpn, &path, alt_slid, alt_dlid);
+  send_lap(id, remote_qpn, path, alt_slid, alt_dlid);
   printf("LAP sent: alternate path LID %u -> %u (primary %u -> %u)\n", alt_slid, alt_dlid,
-         be16toh(path.ib.slid), be16toh(path.ib.dlid));
-  wait_for_file(dir, "mra-sent");
-  send_lap(id, remote_qpn, &path, alt_slid, alt_dlid);
+         be16toh(path->ib.slid), be16toh(path->ib.dlid));
+  wait_files(dir, "mra-sent", 0);
+  send_lap(id, remote_qpn, path, alt_slid, alt_dlid);
   touch(dir, "lap-repeated");
-  wait_for_file(dir, "mra-again");
+  wait_files(dir, "mra-again", 0);
   for (long long until = now_ms() + 20000;; sleep_ms(20)) {
     CHECK_EQ(ibcm_get_counters(dev_a, 1, &after), 0);
     if (after.cm_rx_msgs[IBCM_CNT_MRA] - before.cm_rx_msgs[IBCM_CNT_MRA] >= 2 || now_ms() > until)
