@@ -12,7 +12,9 @@
 #   make soak     the lifecycle stress for minutes: the C test under ASan, the
 #                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
 #   make ibfabric the InfiniBand scenarios on a simulated fabric (ibsim, OpenSM,
-#                 umad2sim; c-tests/ibfabric/; about 30 s; skipped without them)
+#                 umad2sim; c-tests/ibfabric/; about 60 s; skipped without them)
+#   make ibscale  only the all-to-all of 16 CM processes on 16 HCAs, without and
+#                 with packet drops (part of ibfabric; about 30 s)
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -25,7 +27,7 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric miri tsan fuzz soak \
+        rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
         clean help
 
 all: lib
@@ -100,6 +102,11 @@ c-check: stage
 # skipped when ibsim-utils, opensm or infiniband-diags are not installed.
 ibfabric: c-build
 	cd $(BUILD)/c && ctest --output-on-failure -j2 --timeout 300 -L ibfabric
+
+# The all-to-all (16 CM processes, one per HCA; needs the ibsim that
+# scripts/install-deps.sh builds under build/ibsim).
+ibscale: c-build
+	cd $(BUILD)/c && ctest --output-on-failure --timeout 300 -L ibscale
 
 c-asan: stage
 	$(call c_suite,$(BUILD)/c-asan,-DIBCM_SANITIZE=address)

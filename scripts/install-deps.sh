@@ -3,8 +3,8 @@
 # that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils,
 # libibverbs-dev (verbs.h for one test), mandoc and groff (man pages),
 # tshark (test_pcap_tshark), ibsim, OpenSM and infiniband-diags (the
-# simulated InfiniBand fabric), a
-# pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
+# simulated InfiniBand fabric), an ibsim for the all-to-all (built under
+# build/ from third_party/, see build_ibsim below), a pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.
 set -euo pipefail
 
@@ -17,6 +17,9 @@ for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils read
 done
 # <infiniband/verbs.h>, for the C test of ib_cm_init_qp_attr.
 [ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+# libibmad/libibumad headers: building ibsim for the all-to-all.
+[ -f /usr/include/infiniband/mad.h ] || need_apt+=(libibmad-dev)
+[ -f /usr/include/infiniband/umad.h ] || need_apt+=(libibumad-dev)
 # tshark: test_pcap_tshark dissects the library's own capture with it (it
 # skips without it); installed here so that the first c-check runs it.
 command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
@@ -29,6 +32,33 @@ if ((${#need_apt[@]})); then
   # env after sudo: sudo would drop DEBIAN_FRONTEND from the environment.
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+
+# ibsim for the all-to-all (make ibscale): Debian's ibsim 0.10 serves at most
+# 10 clients (IBSIM_MAX_CLIENTS, a compile-time constant), and one CM process
+# per HCA on 16 HCAs plus OpenSM needs 17. The same upstream release 0.10
+# (third_party/ibsim-0.10.tar.gz: `git archive` of linux-rdma/ibsim's tag
+# ibsim-0.10, commit c7e430dc; Debian's source tarball is not reachable from
+# here) is built under build/ with IBSIM_MAX_CLIENTS=32, the only change.
+# Debian's libumad2sim.so (the client side, which has no such limit) stays.
+build_ibsim() {
+  local root tarball sha src out
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  tarball=$root/third_party/ibsim-0.10.tar.gz
+  sha=59f5ba98253ca7c2a7fa166deb3e75e3c2b92cb4698d9e595a6e137ba2167688
+  out=$root/build/ibsim
+  [ -x "$out/ibsim" ] && return 0
+  echo "install-deps: building ibsim 0.10 with IBSIM_MAX_CLIENTS=32 in $out"
+  echo "$sha  $tarball" | sha256sum --quiet -c -
+  rm -rf "$out" && mkdir -p "$out"
+  tar -xzf "$tarball" -C "$out"
+  src=$out/ibsim-0.10
+  sed -i 's/^#define IBSIM_MAX_CLIENTS 10$/#define IBSIM_MAX_CLIENTS 32/' "$src/include/ibsim.h"
+  grep -qx '#define IBSIM_MAX_CLIENTS 32' "$src/include/ibsim.h"
+  cc -O2 -w -I"$src/include" -I"$src/ibsim" "$src"/ibsim/*.c -o "$out/ibsim.tmp" \
+    -libmad -libumad -lpthread
+  mv "$out/ibsim.tmp" "$out/ibsim"
+}
+build_ibsim
 
 if ! cbindgen --version 2>/dev/null | grep -qx "cbindgen $CBINDGEN_VERSION"; then
   echo "install-deps: cargo install cbindgen $CBINDGEN_VERSION"

@@ -14,9 +14,17 @@
  *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
  *   ibfabric_peer sidr-server DIR       answers a SIDR REQ (writes DIR/server.gid)
  *   ibfabric_peer sidr-client DIR       a SIDR REQ to it
- *   ibfabric_peer mesh DIR N I ROUNDS   process I of N (all-to-all): ROUNDS
+ *   ibfabric_peer mesh DIR N I ROUNDS [lossy]
+ *                                       process I of N (all-to-all): ROUNDS
  *                                       connections to each of I+1..N-1,
- *                                       each disconnected with DREQ/DREP
+ *                                       each disconnected with DREQ/DREP;
+ *                                       writes DIR/ready.I once its paths are
+ *                                       resolved and starts on DIR/go; all N
+ *                                       are up before any disconnects;
+ *                                       lossy: packet drops are on
+ *   ibfabric_peer lap-server DIR        a connection that receives a LAP
+ *   ibfabric_peer lap-client DIR SLID DLID   connects, then sends a LAP with
+ *                                       the alternate path SLID -> DLID
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
  *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
  *
@@ -54,18 +62,27 @@ static size_t delivered(size_t at, size_t len) {
  * SM capability (ibsim hands unsolicited QP1 requests only to an SM-capable
  * client) and register a never-read agent for the SMP classes, which OpenSM
  * then sends here (umad2sim crashes on a MAD of a class nobody registered). */
+static int harness_fd = -1, harness_qp1_agent = -1;
+static int (*harness_send)(int, int, void *, int, int, int);
+
 static void ibsim_harness_steps(void) {
   void *umad = dlopen("libibumad.so.3", RTLD_NOW);
   CHECK(umad != NULL);
   int (*open_port)(const char *, int) = (int (*)(const char *, int))dlsym(umad, "umad_open_port");
   int (*reg)(int, int, int, uint8_t, long *) =
       (int (*)(int, int, int, uint8_t, long *))dlsym(umad, "umad_register");
-  CHECK(open_port && reg);
+  harness_send = (int (*)(int, int, void *, int, int, int))dlsym(umad, "umad_send");
+  CHECK(open_port && reg && harness_send);
   int fd = open_port("ibsim0", 1);
   CHECK(fd >= 0);
   long mask[2] = {0, 0};
   CHECK(reg(fd, 0x81, 1, 0, mask) >= 0);
   CHECK(reg(fd, 0x01, 1, 0, mask) >= 0);
+  /* A QP1 agent (Performance class, no methods: it never receives) for the
+   * `lap` scenario's LAP, which no kernel API sends any more. */
+  harness_fd = fd;
+  harness_qp1_agent = reg(fd, 0x04, 1, 0, mask);
+  CHECK(harness_qp1_agent >= 0);
   /* Only now: OpenSM queries an SM-capable port at once. */
   if (open("/dev/infiniband/issm0", O_RDWR) < 0)
     test_fail(__FILE__, __LINE__, "open issm0 (is libumad2sim.so preloaded?)");
@@ -193,16 +210,19 @@ static int server(const char *dir, char who) {
   return 0;
 }
 
+/* The path of the last send_req. */
+static struct sa_path_rec req_path;
+
 static struct ib_cm_id *send_req(const char *dir, uint64_t service_id) {
   union ib_gid gid = read_gid(dir);
-  static struct sa_path_rec path;
-  path_to(&gid, &path);
+  struct sa_path_rec *path = &req_path;
+  path_to(&gid, path);
   struct conn_opts o;
   conn_opts_default(&o);
   o.service_id = service_id;
   o.remote_cm_response_timeout = o.local_cm_response_timeout = 18; /* 1 s */
   struct ib_cm_req_param req;
-  req_param_init(&req, &path, &o, next_qpn());
+  req_param_init(&req, path, &o, next_qpn());
   struct ib_cm_id *id = create_id(dev_a, test_handler, NULL);
   CHECK_EQ(ib_send_cm_req(id, &req), 0);
   return id;
@@ -321,33 +341,87 @@ static void write_gid_as(const char *dir, int me) {
   write_gid(name);
 }
 
-/* Checks the private data of every event of `type` logged from `since`. */
+/* Checks the private data of every event of `type` logged from `since`.
+ * With `stateless` (packet drops on), a DREP may be the one a CM sends for
+ * a connection it no longer knows (cm_issue_drep: no private data), when
+ * the peer's answers were lost until its timewait ended: counted there. */
 static void check_every_pd(unsigned since, enum ib_cm_event_type type, unsigned n, size_t at,
-                           size_t len, unsigned seed) {
+                           size_t len, unsigned seed, unsigned *stateless) {
   for (unsigned i = 0; i < n; i++) {
     const struct cm_ev *e = wait_event_from(since, NULL, type, 60000);
     size_t d = delivered(at, len);
-    CHECK(e->pd_len >= d && check_pattern(e->pd, d, seed));
+    CHECK(e->pd_len >= d);
+    if (stateless && !check_pattern(e->pd, d, seed) && all_zero(e->pd, d))
+      ++*stateless;
+    else
+      CHECK(check_pattern(e->pd, d, seed));
     since = e->seq + 1;
   }
 }
 
-static int mesh(const char *dir, int n, int me, int rounds) {
+/* Creates DIR/WHAT. */
+static void touch(const char *dir, const char *what) {
+  char name[512];
+  snprintf(name, sizeof(name), "%s/%s", dir, what);
+  FILE *f = fopen(name, "w");
+  CHECK(f != NULL);
+  CHECK_EQ(fclose(f), 0);
+}
+
+/* Creates DIR/WHAT.ME. */
+static void touch_as(const char *dir, const char *what, int me) {
+  char name[64];
+  snprintf(name, sizeof(name), "%s.%d", what, me);
+  touch(dir, name);
+}
+
+/* Waits (60 s at most) until DIR/WHAT.0 .. DIR/WHAT.(N-1) all exist, or
+ * DIR/WHAT alone when n is 0. */
+static void wait_files(const char *dir, const char *what, int n) {
+  long long until = now_ms() + 60000;
+  for (int i = n ? 0 : -1; i < n; i++) {
+    char name[512];
+    if (n)
+      snprintf(name, sizeof(name), "%s/%s.%d", dir, what, i);
+    else
+      snprintf(name, sizeof(name), "%s/%s", dir, what);
+    while (access(name, F_OK) != 0) {
+      if (now_ms() > until)
+        test_fail(__FILE__, __LINE__, "no %s after 60 s", name);
+      sleep_ms(20);
+    }
+  }
+}
+
+#define MESH_MAX 32
+
+/* The paths to every later process, from the SA, before any REQ: the
+ * scenario with packet drops turns them on only after this. */
+static void mesh_paths(const char *dir, int n, int me, struct sa_path_rec *paths) {
+  for (int j = me + 1; j < n; j++) {
+    char peer_dir[512];
+    snprintf(peer_dir, sizeof(peer_dir), "%s/%d", dir, j);
+    union ib_gid gid = read_gid(peer_dir);
+    path_to(&gid, &paths[j]);
+  }
+}
+
+static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
+  CHECK(n <= MESH_MAX);
   struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
   CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
   set_drep_pattern();
   write_gid_as(dir, me);
+  static struct sa_path_rec paths[MESH_MAX];
+  mesh_paths(dir, n, me, paths);
+  touch_as(dir, "ready", me);
+  wait_files(dir, "go", 0);
   long long t0 = now_ms();
   int actives = (n - 1 - me) * rounds, passives = me * rounds;
   struct ib_cm_id **ids = calloc((size_t)actives + 1, sizeof(*ids));
   CHECK(ids != NULL);
   int k = 0;
   for (int j = me + 1; j < n; j++) {
-    char peer_dir[512];
-    snprintf(peer_dir, sizeof(peer_dir), "%s/%d", dir, j);
-    union ib_gid gid = read_gid(peer_dir);
-    static struct sa_path_rec paths[64];
-    path_to(&gid, &paths[j]);
     struct conn_opts o;
     conn_opts_default(&o);
     o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
@@ -362,38 +436,223 @@ static int mesh(const char *dir, int n, int me, int rounds) {
   wait_count(IB_CM_REP_RECEIVED, (unsigned)actives, 60000);
   wait_count(IB_CM_RTU_RECEIVED, (unsigned)passives, 60000);
   long long t_up = now_ms();
+  /* Nobody disconnects before every process is up: a DREQ overtaking a
+   * lost RTU would end that connection in REP_SENT, without RTU_RECEIVED
+   * (as the kernel's cm_dreq_handler does). */
+  touch_as(dir, "up", me);
+  wait_files(dir, "up", n);
   unsigned mark = log_mark();
   uint8_t pd[IB_CM_DREQ_PRIVATE_DATA_SIZE];
   fill_pattern(pd, sizeof(pd), DREQ_PD_SEED);
   for (int i = 0; i < actives; i++)
     CHECK_EQ(ib_send_cm_dreq(ids[i], pd, sizeof(pd)), 0);
+  unsigned stateless = 0;
   check_every_pd(mark, IB_CM_DREP_RECEIVED, (unsigned)actives, DREP_PD_AT,
-                 IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED);
+                 IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED, lossy ? &stateless : NULL);
   check_every_pd(0, IB_CM_DREQ_RECEIVED, (unsigned)passives, DREQ_PD_AT,
-                 IB_CM_DREQ_PRIVATE_DATA_SIZE, DREQ_PD_SEED);
+                 IB_CM_DREQ_PRIVATE_DATA_SIZE, DREQ_PD_SEED, NULL);
   wait_count(IB_CM_TIMEWAIT_EXIT, (unsigned)(actives + passives), 60000);
   long long t_down = now_ms();
   CHECK_EQ(count_events(NULL, IB_CM_REJ_RECEIVED), 0);
   CHECK_EQ(count_events(NULL, IB_CM_DREQ_ERROR), 0);
-  struct ibcm_counters c;
-  CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
-  unsigned long long tx = 0, retries = 0;
-  for (int i = 0; i < 11; i++) {
-    tx += c.cm_tx_msgs[i];
-    retries += c.cm_tx_retries[i];
-  }
-  printf("mesh %d/%d: %d connections (%d active, %d passive) up in %lld ms, down in %lld ms; "
-         "%llu MADs sent, %llu retries; DREQ/DREP private data checked on each\n",
-         me, n, actives + passives, actives, passives, t_up - t0, t_down - t_up, tx, retries);
+  /* Destroyed as a ULP does after TIMEWAIT_EXIT: a repeated DREQ (its DREP
+   * lost) then gets a DREP for an unknown connection (cm_issue_drep), where
+   * an id left IDLE would drop it (cm_dreq_handler's default case). */
   for (int i = 0; i < actives; i++)
     ib_destroy_cm_id(ids[i]);
-  for (unsigned since = 0; passives-- > 0;) {
+  for (unsigned since = 0, left = (unsigned)passives; left-- > 0;) {
     const struct cm_ev *e = wait_event_from(since, NULL, IB_CM_REQ_RECEIVED, 1000);
     ib_destroy_cm_id(e->id);
     since = e->seq + 1;
   }
+  /* Nobody closes its device before everybody is down: only a CM still
+   * there answers a repeated DREQ. */
+  touch_as(dir, "down", me);
+  wait_files(dir, "down", n);
+  struct ibcm_counters c;
+  CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
+  unsigned long long tx = 0, retries = 0, dups = 0;
+  for (int i = 0; i < 11; i++) {
+    tx += c.cm_tx_msgs[i];
+    retries += c.cm_tx_retries[i];
+    dups += c.cm_rx_duplicates[i];
+  }
+  printf("mesh %d/%d: %d connections (%d active, %d passive) up in %lld ms, down in %lld ms; "
+         "%llu MADs sent, %llu retries, %llu duplicates received, %u stateless DREPs; "
+         "DREQ/DREP private data checked on each\n",
+         me, n, actives + passives, actives, passives, t_up - t0, t_down - t_up, tx, retries, dups,
+         stateless);
   free(ids);
   ib_destroy_cm_id(listener);
+  return 0;
+}
+
+/* --- lap: a LAP over the fabric -------------------------------------
+ * The kernel receives LAPs (cm_lap_handler) but lost ib_send_cm_lap and
+ * ib_send_cm_apr in 2019, and so has this library: the client's harness
+ * sends the LAP as an older CM would (cm_format_lap), proposing the second
+ * LID of each port (OpenSM runs with LMC 1 here) as the alternate path.
+ * The server gets IB_CM_LAP_RECEIVED with that path, loads it into its QP
+ * attributes (IBV_QP_ALT_PATH) and answers the only way the kernel's API
+ * has, an MRA (lap_state MRA_LAP_SENT); the repeated LAP gets the MRA
+ * again. The client's CM has no LAP outstanding (lap_state UNINIT), so both
+ * MRAs are dropped there, as the kernel's cm_mra_handler drops them. */
+#define LAP_PD_SEED 0x88
+#define LAP_PD_AT 88
+#define LAP_TID 0x4c41500000000001ull
+
+static struct sa_path_rec lap_alt_path;
+
+/* test_handler (it answers the REQ), keeping the LAP's alternate path. */
+static int lap_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
+  if (event->event != IB_CM_LAP_RECEIVED)
+    return test_handler(cm_id, event);
+  struct cm_ev *e = capture_event(cm_id, event);
+  lap_alt_path = *event->param.lap_rcvd.alternate_path;
+  publish_event(e);
+  return 0;
+}
+
+static void put_be16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)(v >> 8);
+  p[1] = (uint8_t)v;
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+  put_be16(p, (uint16_t)(v >> 16));
+  put_be16(p + 2, (uint16_t)v);
+}
+
+/* cm_format_lap for `id`'s connection: alternate path from this port's
+ * LID `slid` to the peer's `dlid`, on the primary path's SL and rate. */
+static void send_lap(const struct ib_cm_id *id, uint32_t remote_qpn, const struct sa_path_rec *p,
+                     uint16_t slid, uint16_t dlid) {
+  struct {
+    uint8_t umad[64]; /* struct ib_user_mad's header */
+    uint8_t mad[256];
+  } m;
+  memset(&m, 0, sizeof(m));
+  uint8_t *mad = m.mad;
+  mad[0] = 1;    /* base version */
+  mad[1] = 0x07; /* CM class */
+  mad[2] = 2;    /* class version */
+  mad[3] = 0x03; /* Send */
+  put_be32(mad + 8, (uint32_t)(LAP_TID >> 32));
+  put_be32(mad + 12, (uint32_t)LAP_TID);
+  put_be16(mad + 16, 0x0019); /* LAP */
+  memcpy(mad + 24, &id->local_id, 4);  /* __be32 already */
+  memcpy(mad + 28, &id->remote_id, 4);
+  put_be32(mad + 36, remote_qpn << 8);
+  mad[39] = (uint8_t)(18 << 3); /* remote CM response timeout */
+  put_be16(mad + 44, slid);     /* alternate local port LID */
+  put_be16(mad + 46, dlid);     /* alternate remote port LID */
+  memcpy(mad + 48, p->sgid.raw, 16);
+  memcpy(mad + 64, p->dgid.raw, 16);
+  mad[85] = p->rate;
+  mad[86] = (uint8_t)(p->sl << 4 | 0x08); /* subnet local */
+  mad[87] = (uint8_t)(19 << 3);           /* local ACK timeout */
+  fill_pattern(mad + LAP_PD_AT, IB_CM_LAP_PRIVATE_DATA_SIZE, LAP_PD_SEED);
+  /* struct ib_user_mad: agent_id, status, timeout_ms, retries, length,
+   * then ib_mad_addr: qpn, qkey, lid, sl, ... (all big-endian) */
+  put_be32(m.umad + 20, 1);          /* QP1 */
+  put_be32(m.umad + 24, 0x80010000); /* the GSI Q_Key */
+  put_be16(m.umad + 28, be16toh(p->ib.dlid)); /* the primary path's way there */
+  m.umad[30] = p->sl;
+  CHECK_EQ(harness_send(harness_fd, harness_qp1_agent, &m, sizeof(m.mad), 0, 0), 0);
+}
+
+static int lap_server(const char *dir) {
+  struct ib_cm_id *listener = create_id(dev_a, lap_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  set_drep_pattern();
+  write_gid(dir);
+  const struct cm_ev *req = wait_event_from(0, NULL, IB_CM_REQ_RECEIVED, 20000);
+  struct sa_path_rec primary = req->path;
+  struct ib_cm_id *id = req->id;
+  wait_event_from(0, id, IB_CM_RTU_RECEIVED, 20000);
+  const struct cm_ev *lap = wait_event_from(0, id, IB_CM_LAP_RECEIVED, 20000);
+  check_pd(lap, LAP_PD_AT, IB_CM_LAP_PRIVATE_DATA_SIZE, LAP_PD_SEED);
+  /* This side's view: the LAP's "local" is the peer (cm_format_path_from_lap). */
+  const struct sa_path_rec *alt = &lap_alt_path;
+  printf("LAP_RECEIVED: alternate path LID %u -> %u (primary %u -> %u), SL %u, lap_state %d\n",
+         be16toh(alt->ib.slid), be16toh(alt->ib.dlid), be16toh(primary.ib.slid),
+         be16toh(primary.ib.dlid), alt->sl, id->lap_state);
+  CHECK_EQ(alt->rec_type, SA_PATH_REC_TYPE_IB);
+  CHECK_EQ(be16toh(alt->ib.dlid), be16toh(primary.ib.dlid) + 1);
+  CHECK_EQ(be16toh(alt->ib.slid), be16toh(primary.ib.slid) + 1);
+  CHECK(!memcmp(alt->dgid.raw, primary.dgid.raw, 16) && !memcmp(alt->sgid.raw, primary.sgid.raw, 16));
+  CHECK_EQ(alt->sl, primary.sl);
+  CHECK_EQ(id->lap_state, IB_CM_LAP_RCVD);
+  /* What a ULP then loads into its QP (cm_init_qp_rts_attr). */
+  struct ibv_qp_attr qa;
+  int mask = 0;
+  memset(&qa, 0, sizeof(qa));
+  qa.qp_state = IBV_QPS_RTS;
+  CHECK_EQ(ib_cm_init_qp_attr(id, &qa, &mask), 0);
+  CHECK(mask & IBV_QP_ALT_PATH);
+  CHECK_EQ(qa.alt_ah_attr.dlid, be16toh(primary.ib.dlid) + 1);
+  CHECK_EQ(qa.path_mig_state, IBV_MIG_REARM);
+  printf("RTS attributes: IBV_QP_ALT_PATH, alternate DLID %u, path_mig_state REARM\n",
+         qa.alt_ah_attr.dlid);
+  /* The kernel's only answer: an MRA. */
+  CHECK_EQ(ib_send_cm_mra(id, 20, NULL, 0), 0);
+  CHECK_EQ(id->lap_state, IB_CM_MRA_LAP_SENT);
+  touch(dir, "mra-sent");
+  /* The repeated LAP: no second event, the MRA again (a duplicate). */
+  wait_files(dir, "lap-repeated", 0);
+  struct ibcm_counters c;
+  for (long long until = now_ms() + 20000;; sleep_ms(20)) {
+    CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
+    if (c.cm_rx_duplicates[IBCM_CNT_LAP] >= 1 || now_ms() > until)
+      break;
+  }
+  CHECK_EQ(c.cm_rx_msgs[IBCM_CNT_LAP], 2);
+  CHECK_EQ(c.cm_rx_duplicates[IBCM_CNT_LAP], 1);
+  /* The MRA again, booked as the kernel books a reply to a retry
+   * (CM_DIRECT_RETRY_CTX): one message plus one retry, so 1 + 2. */
+  CHECK_EQ(c.cm_tx_msgs[IBCM_CNT_MRA], 3);
+  CHECK_EQ(c.cm_tx_retries[IBCM_CNT_MRA], 1);
+  CHECK_EQ(count_events(id, IB_CM_LAP_RECEIVED), 1);
+  printf("the repeated LAP: no event, the MRA again (cm_tx_msgs[MRA] %llu, retries %llu)\n",
+         (unsigned long long)c.cm_tx_msgs[IBCM_CNT_MRA],
+         (unsigned long long)c.cm_tx_retries[IBCM_CNT_MRA]);
+  touch(dir, "mra-again");
+  disconnect_passively(id);
+  CHECK_STATE(id, IB_CM_IDLE);
+  ib_destroy_cm_id(id);
+  ib_destroy_cm_id(listener);
+  return 0;
+}
+
+static int lap_client(const char *dir, uint16_t alt_slid, uint16_t alt_dlid) {
+  set_drep_pattern();
+  struct ib_cm_id *id = send_req(dir, SERVICE_ID);
+  const struct sa_path_rec *path = &req_path;
+  const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, 20000);
+  CHECK_STATE(id, IB_CM_ESTABLISHED);
+  uint32_t remote_qpn = rep->param.rep_rcvd.remote_qpn;
+  struct ibcm_counters before, after;
+  CHECK_EQ(ibcm_get_counters(dev_a, 1, &before), 0);
+  send_lap(id, remote_qpn, path, alt_slid, alt_dlid);
+  printf("LAP sent: alternate path LID %u -> %u (primary %u -> %u)\n", alt_slid, alt_dlid,
+         be16toh(path->ib.slid), be16toh(path->ib.dlid));
+  wait_files(dir, "mra-sent", 0);
+  send_lap(id, remote_qpn, path, alt_slid, alt_dlid);
+  touch(dir, "lap-repeated");
+  wait_files(dir, "mra-again", 0);
+  for (long long until = now_ms() + 20000;; sleep_ms(20)) {
+    CHECK_EQ(ibcm_get_counters(dev_a, 1, &after), 0);
+    if (after.cm_rx_msgs[IBCM_CNT_MRA] - before.cm_rx_msgs[IBCM_CNT_MRA] >= 2 || now_ms() > until)
+      break;
+  }
+  CHECK_EQ(after.cm_rx_msgs[IBCM_CNT_MRA] - before.cm_rx_msgs[IBCM_CNT_MRA], 2);
+  CHECK_EQ(after.rx_unmatched - before.rx_unmatched, 2);
+  CHECK_EQ(id->lap_state, IB_CM_LAP_UNINIT);
+  CHECK_EQ(count_events(id, IB_CM_MRA_RECEIVED) + count_events(id, IB_CM_APR_RECEIVED), 0);
+  printf("the server's 2 MRAs: dropped (no LAP of ours outstanding), no event\n");
+  disconnect_actively(id);
+  CHECK_STATE(id, IB_CM_IDLE);
+  ib_destroy_cm_id(id);
   return 0;
 }
 
@@ -444,7 +703,12 @@ int main(int argc, char **argv) {
   } else if (!strcmp(argv[1], "sidr-client")) {
     rc = sidr_client(argv[2]);
   } else if (!strcmp(argv[1], "mesh") && argc > 5) {
-    rc = mesh(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+    rc = mesh(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
+              argc > 6 && !strcmp(argv[6], "lossy"));
+  } else if (!strcmp(argv[1], "lap-server")) {
+    rc = lap_server(argv[2]);
+  } else if (!strcmp(argv[1], "lap-client") && argc > 4) {
+    rc = lap_client(argv[2], (uint16_t)atoi(argv[3]), (uint16_t)atoi(argv[4]));
   } else if (!strcmp(argv[1], "idle")) {
     rc = idle(argv[2]);
   } else if (!strcmp(argv[1], "rej")) {

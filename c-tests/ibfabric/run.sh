@@ -6,10 +6,15 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|scale
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops
+#
+# scale and scale-drops (make ibscale) need the ibsim that
+# scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=32;
+# IBCM_IBSIM32 names another); they skip (77) without it.
 set -u
 peer=$1 logroot=$2 scenario=$3
 here=$(cd "$(dirname "$0")" && pwd)
+ibsim_bin=ibsim
 sim_so=${IBSIM_PRELOAD:-/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so}
 
 for tool in ibsim opensm saquery ibstat; do
@@ -48,15 +53,25 @@ wait_for() {
 # this script holds open.
 mkfifo ibsim.in && exec 3<>ibsim.in
 topology=net.ibcm hcas="Hca1 Hca2 Hca3 Hca4"
-if [ "$scenario" = scale ]; then
-    # ibsim 0.10 serves at most 10 clients (IBSIM_MAX_CLIENTS), OpenSM one
-    # of them: 8 CM processes, two behind each switch.
-    topology=net.scale hcas="Hca1 Hca3 Hca5 Hca7 Hca9 Hca11 Hca13 Hca15"
-fi
-ibsim -s "$here/$topology" >ibsim.log 2>&1 <ibsim.in &
+case $scenario in
+scale*)
+    # One CM process on each of the 16 HCAs, and OpenSM: 17 clients, more
+    # than Debian's ibsim 0.10 serves (IBSIM_MAX_CLIENTS 10).
+    topology=net.scale hcas=$(seq -f 'Hca%g' 1 16)
+    ibsim_bin=${IBCM_IBSIM32:-$here/../../build/ibsim/ibsim}
+    [ -x "$ibsim_bin" ] || { echo "SKIP: no $ibsim_bin (scripts/install-deps.sh builds it)"; exit 77; }
+    ;;
+esac
+"$ibsim_bin" -s "$here/$topology" >ibsim.log 2>&1 <ibsim.in &
 pids="$!"
 wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; cat ibsim.log; exit 77; }
-LD_PRELOAD=$sim_so opensm -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
+# scale-drops: no periodic sweeps (-s 0), since a sweep that loses SMPs to
+# the drops makes OpenSM take routes away ("no route to dest lid" in ibsim).
+# lap: LMC 1, two LIDs per port; the second is the LAP's alternate path.
+sweep=
+[ "$scenario" = scale-drops ] && sweep="-s 0"
+[ "$scenario" = lap ] && sweep="-l 1"
+LD_PRELOAD=$sim_so opensm $sweep -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
 pids="$! $pids"
 wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
 
@@ -64,7 +79,7 @@ wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become 
 on() {
     hca=$1
     shift
-    IBCM_DEV_A=ibsim0 SIM_HOST=$hca LD_PRELOAD=$sim_so timeout 60 "$@"
+    IBCM_DEV_A=ibsim0 SIM_HOST=$hca LD_PRELOAD=$sim_so timeout ${on_timeout:-60} "$@"
 }
 
 # MASTER comes before the ports are ACTIVE: wait for each HCA's port.
@@ -100,6 +115,31 @@ two_sides() {
     [ $src = 0 ] && [ $crc = 0 ]
 }
 
+# Waits until every mesh process has resolved its paths (DIR/ready.I).
+mesh_ready() {
+    i=0
+    while [ "$(ls ready.* 2>/dev/null | wc -l)" -lt $n ]; do
+        i=$((i + 1))
+        [ $i -gt 600 ] && { echo "the mesh processes never got their paths"; return 1; }
+        sleep 0.1
+    done
+}
+
+# set_drops RATE: ibsim's console command `Error "node"[port] rate` drops
+# RATE % of the packets entering that port (sim_mad.c, pc_updated). Both
+# links Switch1-Switch2 (each way), one link Switch3-Switch4 (each way).
+drop_ports='"Switch1"[5] "Switch1"[6] "Switch2"[7] "Switch2"[8] "Switch3"[5] "Switch4"[7]'
+set_drops() {
+    for p in $drop_ports; do echo "Error $p $1" >&3; done
+}
+
+# What ibsim dropped: a packet lost to an error rate fails lid_route_MAD,
+# which ibsim logs as "routing failed" (none without the drops).
+dropped_report() {
+    all=$(grep -c 'routing failed' ibsim.log) before=$(grep -c 'routing failed' ibsim.log.before-drops)
+    echo "ibsim dropped $((all - before)) packets ($before routing failures before the drops were set)"
+}
+
 case $scenario in
 path)
     src=$(port_lid Hca1) dst=$(port_lid Hca2) dst_guid=$(port_guid Hca2)
@@ -123,21 +163,54 @@ connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;
 rej) two_sides idle rej x ;;
 sidr) two_sides sidr-server sidr-client x ;;
-scale)
-    # All-to-all: every pair of the 8 processes connects ${IBCM_SCALE_ROUNDS:-5}
-    # times (28 pairs: 140 connections at 5) and disconnects.
-    rounds=${IBCM_SCALE_ROUNDS:-5}
-    n=0 started=$(date +%s.%N) mesh=
+scale | scale-drops)
+    # All-to-all: every pair of the 16 processes (120 pairs) connects
+    # ${IBCM_SCALE_ROUNDS:-2} times and disconnects. scale-drops: once every
+    # process has its paths from the SA, ibsim drops 10% of the packets
+    # entering each of the four ports of the two links between Switch1 and
+    # Switch2 (both ways), and as many on one link between Switch3 and Switch4.
+    rounds=${IBCM_SCALE_ROUNDS:-2} n=0 mesh= on_timeout=150 lossy=
+    [ "$scenario" = scale-drops ] && lossy=lossy
     for hca in $hcas; do
-        on "$hca" "$peer" mesh "$dir" 8 $n "$rounds" >mesh.$n.out 2>&1 &
+        on "$hca" "$peer" mesh "$dir" 16 $n "$rounds" $lossy >mesh.$n.out 2>&1 &
         mesh="$mesh $!"
         n=$((n + 1))
     done
+    if mesh_ready && [ "$scenario" = scale-drops ]; then
+        cp ibsim.log ibsim.log.before-drops
+        set_drops 10
+    fi
+    started=$(date +%s.%N)
+    touch go
     failed=0
     for p in $mesh; do wait "$p" || failed=1; done
-    echo "all-to-all: $((28 * rounds)) connections in $(echo "$(date +%s.%N) - $started" | bc) s"
+    took=$(echo "$(date +%s.%N) - $started" | bc)
+    [ "$scenario" = scale-drops ] && set_drops 0
     cat mesh.*.out
+    echo "all-to-all on $n processes: $((120 * rounds)) connections up and down in $took s;" \
+        "$(sed -n 's/.*; \([0-9]*\) MADs sent, \([0-9]*\) retries, \([0-9]*\) dup.*, \([0-9]*\) stateless.*/\1 \2 \3 \4/p' mesh.*.out |
+            awk '{m += $1; r += $2; d += $3; s += $4}
+                 END {printf "%d MADs sent, %d retries, %d duplicates received, %d stateless DREPs", m, r, d, s}')"
+    [ "$scenario" = scale-drops ] && dropped_report
     [ $failed = 0 ]
+    ;;
+lap)
+    # A LAP from Hca1 to Hca2 with the ports' second LIDs as the alternate
+    # path; ibtracert shows which links each pair of LIDs takes.
+    src=$(port_lid Hca1) dst=$(port_lid Hca2)
+    for pair in "$src $dst" "$((src + 1)) $((dst + 1))"; do
+        echo "--- ibtracert $pair"
+        on Hca1 ibtracert $pair 2>&1 | sed -n 's/^\[\([0-9]*\)\] -> switch .*\[\([0-9]*\)\].*"\(.*\)".*/  out port \1 to \3 port \2/p'
+    done
+    on Hca2 "$peer" lap-server "$dir" >server.out 2>&1 &
+    server=$!
+    on Hca1 "$peer" lap-client "$dir" $((src + 1)) $((dst + 1)) >client.out 2>&1
+    crc=$?
+    wait $server
+    src=$?
+    echo "--- server (Hca2, rc $src)"; cat server.out
+    echo "--- client (Hca1, rc $crc)"; cat client.out
+    [ $src = 0 ] && [ $crc = 0 ]
     ;;
 killed)
     # The passive side's process dies once established (SIGKILL): the

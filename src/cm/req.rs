@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::device::{Device, Port};
 use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
+use super::lap::on_roce_port;
 use super::mra::format_mra;
 use super::path::{LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, convert_to_ms};
 use super::recv::Received;
@@ -92,7 +93,9 @@ pub(super) fn port_of_path<'d>(device: &'d Device, path: &Path) -> CmResult<&'d 
 /// an alternate path never reaches a RoCE QP (`ib_cm_init_qp_attr`). On
 /// InfiniBand the MADs go LID-routed with the path's SL and the P_Key index
 /// of its partition (index 0 if the table lacks it, where the kernel's
-/// `ib_find_cached_pkey` fails), no GRH inside the subnet.
+/// `ib_find_cached_pkey` fails); a GRH as soon as the hop limit is not 0
+/// (`ib_init_ah_attr_from_path`: `rec->hop_limit > 0`), even where the REQ
+/// still calls the path subnet local (hop limit 1).
 pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
     Av {
         port_num: port.port_num,
@@ -100,7 +103,7 @@ pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
             dlid: if port.is_roce() { 0 } else { path.dlid },
             sl: path.sl,
             pkey_index: port.pkey_index(path.pkey).unwrap_or(0),
-            grh: port.is_roce() || path.hop_limit > 1,
+            grh: port.is_roce() || path.hop_limit > 0,
             dgid: path.dgid,
             sgid_index: port.gid_index(&path.sgid).unwrap_or(0),
             hop_limit: path.hop_limit,
@@ -250,6 +253,25 @@ pub(super) fn path_from_wire(ap: &ReqPath, base: &Path) -> Path {
     }
 }
 
+/// What `cm_req_handler` takes from the REQ's arrival on InfiniBand: the
+/// DLID is the LID it came from (`cm_format_path_lid_from_req`: `wc->slid`,
+/// the router's for a routed path, whose REQ has the permissive LID), and
+/// the hop limit that of the answer's GRH (0 without one).
+fn path_on_arrival(path: Path, work: &Received) -> Path {
+    if on_roce_port(work) {
+        return path;
+    }
+    Path {
+        dlid: work.addr.dlid,
+        hop_limit: if work.addr.grh {
+            work.addr.hop_limit
+        } else {
+            0
+        },
+        ..path
+    }
+}
+
 /// The passive side's view of the REQ's primary path (`cm_format_paths_from_req`).
 fn path_from_req(req: &Req) -> Path {
     let pp = &req.primary_path;
@@ -337,7 +359,7 @@ pub fn req_handler(work: Received) {
     let Some(slot) = listen::backlog_slot(&listener, &work) else {
         return;
     };
-    let primary_path = path_from_req(&req);
+    let primary_path = path_on_arrival(path_from_req(&req), &work);
     let Ok(new_id) = create_child_id(&listener) else {
         return; // the device is closing
     };
@@ -542,6 +564,101 @@ mod tests {
         0x58, // SL 5, subnet local
         0x98, // local ACK timeout 19: cm_ack_timeout(15, 18)
     ];
+
+    /// Hca1's port with a second GID (index 1) in a global subnet prefix, as
+    /// a port behind an IB router has.
+    fn routed_port() -> Port {
+        let mut port = hca1_port();
+        port.gids.push(GidEntry {
+            index: 1,
+            gid: routed_gid(0x10_0001),
+            gid_type: GidType::Ib,
+        });
+        port
+    }
+
+    fn routed_gid(port_guid: u64) -> [u8; 16] {
+        let mut gid = ib_gid(port_guid);
+        gid[..8].copy_from_slice(&[0xfe, 0xc0, 0, 0, 0, 0, 0, 0x02]);
+        gid
+    }
+
+    /// A path through an IB router, as an SA gives it: DLID the router's
+    /// (LID 12), hop limit 64, a DGID in another subnet, a flow label and a
+    /// traffic class.
+    fn routed_path() -> Path {
+        Path {
+            sgid: routed_gid(0x10_0001),
+            dgid: [
+                0xfe, 0xc0, 0, 0, 0, 0, 0, 0x09, 0, 0, 0, 0, 0, 0x20, 0, 0x05,
+            ],
+            dlid: 12,
+            hop_limit: 64,
+            traffic_class: 0x28,
+            flow_label: 0x12345,
+            ..hca1_to_hca2()
+        }
+    }
+
+    #[test]
+    fn a_routed_path_is_addressed_with_a_grh() {
+        let av = av_from_path(&routed_port(), &routed_path());
+        let want = MadAddr {
+            dlid: 12, // the router's LID: the GRH carries the rest of the way
+            sl: 5,
+            pkey_index: 2,
+            grh: true,
+            dgid: routed_path().dgid,
+            sgid_index: 1, // the index of the path's SGID in the GID table
+            hop_limit: 64,
+            traffic_class: 0x28,
+            flow_label: 0x12345,
+        };
+        assert_eq!(av.addr, want);
+    }
+
+    #[test]
+    fn a_path_with_hop_limit_one_gets_a_grh_as_in_the_kernel() {
+        // ib_init_ah_attr_from_path: a GRH for any hop limit above 0; the
+        // REQ still says "subnet local" (cm_format_req: hop_limit <= 1).
+        let one = Path {
+            hop_limit: 1,
+            ..hca1_to_hca2()
+        };
+        let av = av_from_path(&hca1_port(), &one);
+        assert!(av.addr.grh);
+        assert_eq!(
+            (av.addr.dlid, av.addr.hop_limit, av.addr.sgid_index),
+            (7, 1, 0)
+        );
+        assert!(format_req_path(&one, 15).subnet_local);
+        assert!(!av_from_path(&hca1_port(), &hca1_to_hca2()).addr.grh);
+    }
+
+    /// The same bytes for the routed path: both LIDs permissive (the
+    /// kernel's "work-around until there's a way to obtain remote LID
+    /// info"), the flow label above the rate, the traffic class, hop limit
+    /// 64, SL 5 and subnet local 0.
+    const GOLDEN_ROUTED_PRIMARY_PATH: [u8; 44] = [
+        0xff, 0xff, 0xff, 0xff, // local and remote LID: permissive
+        0xfe, 0xc0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0x00, 0x10, 0x00, 0x01, // local GID
+        0xfe, 0xc0, 0, 0, 0, 0, 0, 0x09, 0, 0, 0, 0, 0x00, 0x20, 0x00, 0x05, // remote GID
+        0x12, 0x34, 0x50, 0x03, // flow label 0x12345 (20 bits), packet rate 3
+        0x28, // traffic class
+        0x40, // hop limit 64
+        0x50, // SL 5, not subnet local
+        0x98, // local ACK timeout 19
+    ];
+
+    #[test]
+    fn a_routed_path_formats_the_req_as_the_kernel() {
+        let req = Req {
+            primary_path: format_req_path(&routed_path(), 15),
+            ..Req::default()
+        };
+        let mad = req.encode(1);
+        assert_eq!(mad[0x4c..0x78], GOLDEN_ROUTED_PRIMARY_PATH);
+    }
 
     #[test]
     fn an_infiniband_path_formats_the_req_as_the_kernel() {

@@ -10,6 +10,7 @@ mod counters;
 mod disconnect;
 mod event_fd;
 mod fidelity;
+mod grh;
 mod hardening;
 mod hardening_device;
 mod hardening_worker;
