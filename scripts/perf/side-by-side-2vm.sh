@@ -16,7 +16,7 @@
 #              A: ibcm-cmtime --client ::ffff:10.78.0.2 -d rxe0 -c N --no-warmup
 #
 # ROUNDS rounds (default 3) of each, alternating, N connections (default
-# 1000). Each client runs under /usr/bin/time. Prints per-phase medians and
+# 1000). Each client and each server runs under /usr/bin/time. Prints per-phase medians and
 # the ratios ours / kernel; raw outputs and the summary go to
 # build/perf/side-by-side-2vm/. The one-VM variant (client and server sharing
 # one vCPU) is side-by-side.sh.
@@ -32,22 +32,25 @@ bctl ping 60 > /dev/null
 listening() { bctl run \"for _ in \\\$(seq 1 200); do rdma res show cm_id | grep LISTEN | grep -q ':\$1 ' && exit 0; sleep 0.05; done; exit 1\" > /dev/null; }
 finish() { for f in \"\$@\"; do echo \"=== \$f\"; cat \$SRT_JOB/\$f; done; bctl quit > /dev/null; }"
 KERNEL_CMD="$PRELUDE
-bctl start srv 'cmtime -b \$SRT_SELF_IP -c $N'
+bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu cmtime -b \$SRT_SELF_IP -c $N'
 listening 7471
 \$TIME \$SRT_JOB/cmtime.cpu cmtime -s \$SRT_PEER_IP -b \$SRT_SELF_IP -c $N > \$SRT_JOB/cmtime.txt; rc=\$?
 bctl run 'pkill -x cmtime'; bctl wait srv > /dev/null
-bctl start srv '$OUT/bin/rdmacm-cmtime-noqp -b \$SRT_SELF_IP'
+bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/cmtime.srvcpu
+bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/rdmacm-cmtime-noqp -b \$SRT_SELF_IP'
 listening 7472
 \$TIME \$SRT_JOB/noqp.cpu $OUT/bin/rdmacm-cmtime-noqp -s \$SRT_PEER_IP -b \$SRT_SELF_IP -c $N --json > \$SRT_JOB/noqp.json 2>/dev/null || rc=1
-bctl run 'pkill -f rdmacm-cmtime-noqp'; bctl wait srv > /dev/null
-finish cmtime.txt cmtime.cpu noqp.json noqp.cpu
+bctl run 'pkill -x rdmacm-cmtime-n'; bctl wait srv > /dev/null
+bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/noqp.srvcpu
+finish cmtime.txt cmtime.cpu cmtime.srvcpu noqp.json noqp.cpu noqp.srvcpu
 exit \$rc"
 IBCM_CMD="$PRELUDE
-bctl start srv 'LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --server -D rxe0'
+bctl start srv 'LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0'
 bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
 \$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json; rc=\$?
 bctl wait -t 120 srv > /dev/null || rc=1
-finish ibcm.json ibcm.cpu
+bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
+finish ibcm.json ibcm.cpu ibcm.srvcpu
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
 

@@ -54,6 +54,7 @@ def cpu(text):
 
 runs = {"cmtime": [], "noqp": [], "ibcm": []}
 cpus = {"cmtime": [], "noqp": [], "ibcm": []}
+srv_cpus = {"cmtime": [], "noqp": [], "ibcm": []}  # side-by-side-2vm.sh only
 for r in range(1, rounds + 1):
     k = sections(f"{out}/kernel-{r}.txt")
     o = sections(f"{out}/ibcm-{r}.txt")
@@ -63,13 +64,16 @@ for r in range(1, rounds + 1):
     cpus["cmtime"].append(cpu(k["cmtime.cpu"]))
     cpus["noqp"].append(cpu(k["noqp.cpu"]))
     cpus["ibcm"].append(cpu(o["ibcm.cpu"]))
+    for t, secs in (("cmtime", k), ("noqp", k), ("ibcm", o)):
+        if f"{t}.srvcpu" in secs:
+            srv_cpus[t].append(cpu(secs[f"{t}.srvcpu"]))
 
 
 def total(tool, ph):
     return [r[ph]["total_ms"] for r in runs[tool] if ph in r]
 
 
-L, summary = [], {"connections": n, "rounds": rounds, "phases": {}, "client_cpu": {}}
+L, summary = [], {"connections": n, "rounds": rounds, "phases": {}}
 L.append(f"{n} connections per run, {rounds} runs of each, medians of the per-run phase totals "
          "(conn/s = connections / total). " + setup)
 L.append("")
@@ -92,15 +96,19 @@ for ph in ["bind addr", "resolve addr", "resolve route", "create qp"]:
         v = total(t, ph)
         if v:
             L.append(f"  {t:7s} {ph:14s} {med(v):9.1f} ms")
-L.append("")
-L.append("Client process CPU for the whole run (/usr/bin/time), medians:")
-for t in runs:
-    c = cpus[t]
-    u, s = med(x["user_s"] for x in c), med(x["sys_s"] for x in c)
-    vcs, ics = med(x["voluntary_cs"] for x in c), med(x["involuntary_cs"] for x in c)
-    summary["client_cpu"][t] = {"user_s": u, "sys_s": s, "voluntary_cs": vcs, "involuntary_cs": ics}
-    L.append(f"  {t:7s} user {u:5.2f} s  sys {s:5.2f} s  = {(u + s) / n * 1e6:6.0f} us CPU per connection; "
-             f"context switches {vcs:.0f} voluntary, {ics:.0f} involuntary")
+for side, per_tool in (("client", cpus), ("server", srv_cpus)):
+    if not all(per_tool.values()):
+        continue
+    L.append("")
+    L.append(f"{side.capitalize()} process CPU for the whole run (/usr/bin/time), medians:")
+    summary[f"{side}_cpu"] = {}
+    for t in runs:
+        c = per_tool[t]
+        u, s = med(x["user_s"] for x in c), med(x["sys_s"] for x in c)
+        vcs, ics = med(x["voluntary_cs"] for x in c), med(x["involuntary_cs"] for x in c)
+        summary[f"{side}_cpu"][t] = {"user_s": u, "sys_s": s, "voluntary_cs": vcs, "involuntary_cs": ics}
+        L.append(f"  {t:7s} user {u:5.2f} s  sys {s:5.2f} s  = {(u + s) / n * 1e6:6.0f} us CPU per connection; "
+                 f"context switches {vcs:.0f} voluntary, {ics:.0f} involuntary")
 L.append("")
 L.append("Per-run totals (ms):")
 for ph in PHASES:
