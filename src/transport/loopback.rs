@@ -6,7 +6,6 @@
 //! whose LID is N + 1. A MAD goes to the device that owns its destination GID;
 //! one for a device that is not open is lost, as on a wire.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -65,9 +64,10 @@ impl LoopIdentity {
     }
 }
 
-/// Open loop devices by index, and what they receive with.
-fn fabric() -> &'static Mutex<HashMap<u32, RecvFn>> {
-    static FABRIC: OnceLock<Mutex<HashMap<u32, RecvFn>>> = OnceLock::new();
+/// What each open loop device receives with, indexed by its index (at most
+/// `MAX_LOOP_INDEX` + 1 slots): every MAD looks its destination up here.
+fn fabric() -> &'static Mutex<Vec<Option<RecvFn>>> {
+    static FABRIC: OnceLock<Mutex<Vec<Option<RecvFn>>>> = OnceLock::new();
     FABRIC.get_or_init(Default::default)
 }
 
@@ -81,12 +81,12 @@ pub struct LoopTransport {
 /// Fault injection and counts of one loop device.
 struct Faults {
     /// attribute ID → how many more MADs of it to drop.
-    drops: HashMap<u16, u32>,
+    drops: AttrCounts,
     /// attribute ID → how many more sends of it fail with `-ENETDOWN` (tests
     /// of the kernel's send-failure branches).
-    failures: HashMap<u16, u32>,
+    failures: AttrCounts,
     /// attribute ID → MADs handed to the fabric (dropped ones included).
-    sent: HashMap<u16, u64>,
+    sent: AttrCounts,
     /// Random loss: percentages of MADs dropped and duplicated.
     drop_percent: u32,
     dup_percent: u32,
@@ -98,11 +98,11 @@ impl Faults {
     /// What becomes of the next MAD of `attr_id`: `-ENETDOWN`, or how many
     /// copies of it reach the wire (0, 1 or 2).
     fn next(&mut self, attr_id: u16) -> CmResult<u32> {
-        if take_one(&mut self.failures, attr_id) {
+        if self.failures.take_one(attr_id) {
             return Err(ENETDOWN);
         }
-        *self.sent.entry(attr_id).or_default() += 1;
-        if take_one(&mut self.drops, attr_id) {
+        *self.sent.entry(attr_id) += 1;
+        if self.drops.take_one(attr_id) {
             return Ok(0);
         }
         Ok(self.copies())
@@ -133,16 +133,20 @@ impl LoopTransport {
     /// Attaches `me` to the fabric; `-EBUSY` if it is already open.
     pub fn open(me: LoopIdentity, recv: RecvFn) -> CmResult<Arc<Self>> {
         let mut fabric = fabric().lock();
-        if fabric.contains_key(&me.index) {
+        let index = me.index as usize;
+        if fabric.len() <= index {
+            fabric.resize(index + 1, None);
+        }
+        if fabric[index].is_some() {
             return Err(EBUSY);
         }
-        fabric.insert(me.index, recv);
+        fabric[index] = Some(recv);
         Ok(Arc::new(Self {
             me,
             faults: Mutex::new(Faults {
-                drops: HashMap::new(),
-                failures: HashMap::new(),
-                sent: HashMap::new(),
+                drops: AttrCounts::default(),
+                failures: AttrCounts::default(),
+                sent: AttrCounts::default(),
                 drop_percent: 0,
                 dup_percent: 0,
                 rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(me.index),
@@ -164,34 +168,56 @@ impl LoopTransport {
 
     /// The next `count` sends of `attr_id` fail with `-ENETDOWN`.
     pub fn fail_next(&self, attr_id: u16, count: u32) {
-        set_count(&mut self.faults.lock().failures, attr_id, count);
+        self.faults.lock().failures.set(attr_id, count.into());
     }
 
     /// How many MADs of `attr_id` this device has sent, dropped ones included.
     pub fn sent(&self, attr_id: u16) -> u64 {
-        self.faults.lock().sent.get(&attr_id).copied().unwrap_or(0)
+        self.faults.lock().sent.get(attr_id)
     }
 }
 
-fn set_count(counts: &mut HashMap<u16, u32>, attr_id: u16, count: u32) {
-    if count == 0 {
-        counts.remove(&attr_id);
-    } else {
-        counts.insert(attr_id, count);
-    }
-}
+/// Counts by attribute ID: a short list searched in order (a dozen CM
+/// attributes at most), cheaper per MAD than hashing into a map.
+#[derive(Default)]
+struct AttrCounts(Vec<(u16, u64)>);
 
-/// Consumes one pending count for `attr_id`, if any.
-fn take_one(counts: &mut HashMap<u16, u32>, attr_id: u16) -> bool {
-    match counts.get_mut(&attr_id) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&attr_id);
+impl AttrCounts {
+    fn get(&self, attr_id: u16) -> u64 {
+        self.0
+            .iter()
+            .find(|(a, _)| *a == attr_id)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn entry(&mut self, attr_id: u16) -> &mut u64 {
+        let at = match self.0.iter().position(|(a, _)| *a == attr_id) {
+            Some(at) => at,
+            None => {
+                self.0.push((attr_id, 0));
+                self.0.len() - 1
             }
-            true
+        };
+        &mut self.0[at].1
+    }
+
+    fn set(&mut self, attr_id: u16, count: u64) {
+        self.0.retain(|(a, _)| *a != attr_id);
+        if count != 0 {
+            self.0.push((attr_id, count));
         }
-        _ => false,
+    }
+
+    /// Consumes one pending count for `attr_id`, if any.
+    fn take_one(&mut self, attr_id: u16) -> bool {
+        let Some(at) = self.0.iter().position(|(a, n)| *a == attr_id && *n > 0) else {
+            return false;
+        };
+        self.0[at].1 -= 1;
+        if self.0[at].1 == 0 {
+            self.0.swap_remove(at);
+        }
+        true
     }
 }
 
@@ -204,7 +230,11 @@ impl LoopTransport {
         let Some(dest) = LoopIdentity::from_gid(&addr.dgid) else {
             return Err(EINVAL);
         };
-        let Some(recv) = fabric().lock().get(&dest.index).cloned() else {
+        let Some(recv) = fabric()
+            .lock()
+            .get(dest.index as usize)
+            .and_then(Option::clone)
+        else {
             return Ok(()); // nobody there: lost, as on a wire
         };
         if copies == 0 {
@@ -240,7 +270,7 @@ impl MadTransport for LoopTransport {
     }
 
     fn drop_next(&self, attr_id: u16, count: u32) -> CmResult {
-        set_count(&mut self.faults.lock().drops, attr_id, count);
+        self.faults.lock().drops.set(attr_id, count.into());
         Ok(())
     }
 
@@ -249,7 +279,9 @@ impl MadTransport for LoopTransport {
     }
 
     fn close(&self) {
-        fabric().lock().remove(&self.me.index);
+        if let Some(slot) = fabric().lock().get_mut(self.me.index as usize) {
+            *slot = None;
+        }
     }
 }
 
