@@ -167,3 +167,101 @@ fn run_callback(
         Err(e) => unsafe { callback(e.to_neg(), std::ptr::null_mut(), 0, context) },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::abi::CIntPathRecType;
+    use crate::cm::path::REC_TYPE_ROCE_V2;
+
+    /// `SA_PATH_REC_TYPE_OPA`.
+    const REC_TYPE_OPA: i32 = 3;
+
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    static STATUS: AtomicI32 = AtomicI32::new(1);
+
+    unsafe extern "C" fn record(status: c_int, _: *mut sa_path_rec, _: c_uint, _: *mut c_void) {
+        STATUS.store(status, Ordering::SeqCst);
+        CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `ib_sa_path_rec_get` on port `port` of `device` with `rec_type`.
+    fn get(
+        client: *mut ib_sa_client,
+        device: *mut ib_device,
+        port: u32,
+        rec_type: i32,
+        callback: PathRecCallback,
+        out: *mut *mut ib_sa_query,
+    ) -> c_int {
+        let mut rec = path::to_c(&Path::default());
+        rec.rec_type = CIntPathRecType(rec_type);
+        // SAFETY: `rec` is a valid record; `out` is NULL or writable.
+        unsafe {
+            ib_sa_path_rec_get(
+                client,
+                device,
+                port,
+                &mut rec,
+                0,
+                1000,
+                0,
+                callback,
+                std::ptr::null_mut(),
+                out,
+            )
+        }
+    }
+
+    #[test]
+    fn bad_arguments_get_the_documented_errno_and_no_callback() {
+        let _serial = crate::sa::tests::SA_TESTS.lock();
+        let device = crate::cm::open_device(&crate::cm::tests::loop_name()).unwrap();
+        let dev = std::sync::Arc::as_ptr(&device) as *mut ib_device;
+        let mut client = ib_sa_client { _reserved: [0; 4] };
+        let mut stranger = ib_sa_client { _reserved: [0; 4] };
+        let (c, s): (*mut ib_sa_client, *mut ib_sa_client) = (&mut client, &mut stranger);
+        ib_sa_register_client(c);
+        let mut q = std::ptr::null_mut();
+        let cb: PathRecCallback = Some(record);
+        let einval = -libc::EINVAL;
+        CALLS.store(0, Ordering::SeqCst);
+        assert_eq!(
+            get(std::ptr::null_mut(), dev, 1, REC_TYPE_IB, cb, &mut q),
+            einval
+        );
+        assert_eq!(get(s, dev, 1, REC_TYPE_IB, cb, &mut q), einval);
+        assert_eq!(
+            get(c, std::ptr::null_mut(), 1, REC_TYPE_IB, cb, &mut q),
+            einval
+        );
+        assert_eq!(get(c, dev, 1, REC_TYPE_IB, None, &mut q), einval);
+        assert_eq!(
+            get(c, dev, 1, REC_TYPE_IB, cb, std::ptr::null_mut()),
+            einval
+        );
+        assert_eq!(get(c, dev, 2, REC_TYPE_IB, cb, &mut q), einval);
+        assert_eq!(get(c, dev, 257, REC_TYPE_IB, cb, &mut q), einval);
+        assert_eq!(get(c, dev, 1, REC_TYPE_ROCE_V2, cb, &mut q), einval);
+        assert_eq!(get(c, dev, 1, REC_TYPE_OPA, cb, &mut q), einval);
+        assert!(q.is_null());
+
+        // A good one, cancelled through the ABI: -EINTR, once.
+        let id = get(c, dev, 1, REC_TYPE_IB, cb, &mut q);
+        assert!(id >= 0 && !q.is_null());
+        ib_sa_cancel_query(id, q);
+        ib_sa_cancel_query(id, q);
+        let until = Instant::now() + Duration::from_secs(10);
+        while CALLS.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ib_sa_unregister_client(c);
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+        assert_eq!(STATUS.load(Ordering::SeqCst), -libc::EINTR);
+        assert_eq!(get(c, dev, 1, REC_TYPE_IB, cb, &mut q), einval);
+        crate::cm::close_device(&device).unwrap();
+    }
+}

@@ -54,4 +54,4 @@ fn status_errno(mad: &Mad) -> CmResult {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

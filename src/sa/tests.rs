@@ -152,7 +152,7 @@ fn an_answer_completes_the_query_with_its_record() {
     assert_eq!((path.dlid, path.slid), (7, 2));
     assert_eq!(path.dgid, f.query().rec.dgid);
     assert_eq!(f.queries_sent(), 1);
-    assert_eq!(worker::pending().1, 0, "its retry timer is gone");
+    assert_eq!(query::outstanding(), 0);
 }
 
 #[test]
@@ -229,6 +229,18 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
         client: None,
     };
     assert_eq!(query::wait_for(alone), Err(ETIMEDOUT));
+}
+
+#[test]
+fn a_roce_port_has_no_sa_eagain_as_without_an_sm() {
+    let _serial = SA_TESTS.lock();
+    let roce = Device::open_loop_as_roce(&loop_name()).unwrap();
+    let done = Completion::Callback(Box::new(|_| panic!("no callback")));
+    let query = PathQuery::between([0; 16], [0; 16], 0xffff);
+    let started = roce.start_path_query(1, query, QUICK, done, None);
+    assert_eq!(started.err(), Some(crate::cm::worker::EAGAIN));
+    assert_eq!(query::outstanding(), 0);
+    roce.close();
 }
 
 #[test]
