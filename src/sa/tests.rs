@@ -232,6 +232,38 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
 }
 
 #[test]
+fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
+    let _serial = SA_TESTS.lock();
+    let sends = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let new = |fail_from: u32, done| {
+        let sends = sends.clone();
+        query::NewQuery {
+            owner: 1,
+            query: PathQuery::between([0; 16], [0; 16], 0xffff),
+            send: Arc::new(move |_| {
+                let n = sends.fetch_add(1, Ordering::SeqCst);
+                if n >= fail_from { Err(ENODEV) } else { Ok(()) }
+            }),
+            timing: QUICK,
+            done,
+            client: None,
+        }
+    };
+    let never = Completion::Callback(Box::new(|_| panic!("no callback")));
+    assert_eq!(query::submit(new(0, never)).err(), Some(ENODEV));
+    assert_eq!(query::outstanding(), 0);
+
+    sends.store(0, Ordering::SeqCst);
+    let (tx, outcomes) = channel();
+    let done = Completion::Callback(Box::new(move |outcome| tx.send(outcome).unwrap()));
+    query::submit(new(1, done)).unwrap();
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(crate::errno::EIO));
+    assert_eq!(sends.load(Ordering::SeqCst), 2);
+    settle();
+    assert!(outcomes.try_recv().is_err(), "one callback only");
+}
+
+#[test]
 fn a_roce_port_has_no_sa_eagain_as_without_an_sm() {
     let _serial = SA_TESTS.lock();
     let roce = Device::open_loop_as_roce(&loop_name()).unwrap();
