@@ -430,14 +430,8 @@ impl Device {
     /// no SM, `-ETIMEDOUT` when the SA never answers, `-EINVAL` when it
     /// answers with an error.
     pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
-        let (tx, _) = std::sync::mpsc::sync_channel(1);
-        query::wait_for(self.path_query(
-            port,
-            *query,
-            Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES),
-            Completion::Waiter(tx),
-            None,
-        )?)
+        let timing = Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES);
+        query::wait_for(|done| self.path_query(port, *query, timing, done, None))
     }
 
     /// `ib_sa_path_rec_get()`: sends `query` to the SA of port `port_num`

@@ -2,8 +2,9 @@
 //! asynchronous PathRecord queries.
 //!
 //! Declared in the hand-written `include/rdma/ib_sa.h`, not in the header
-//! cbindgen makes (hence `cbindgen:ignore` on each item); `make header-check`
-//! compiles it and checks its prototypes against these.
+//! cbindgen makes (hence `cbindgen:ignore` on each item). `make header-check`
+//! compiles it and checks that it declares only exported functions; the man
+//! pages' check and `c-tests/test_sa_api.c` hold its prototypes to these.
 
 use std::ffi::{c_int, c_uint, c_ulong, c_void};
 

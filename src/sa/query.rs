@@ -280,18 +280,16 @@ fn finish(mut query: Query, outcome: CmResult<Path>) {
     }
 }
 
-/// Sends `new` (whose completion is ignored) and waits for its outcome: what
-/// `ibcm_init_path` does. Off the worker, the wheel's timers drive the
+/// Sends the query `start` makes for a waiter, and waits for its outcome:
+/// what `ibcm_init_path` does. Off the worker, the wheel's timers drive the
 /// retries and the wait is a safety bound; on the worker (a CM handler calls
 /// it) no timer can fire meanwhile, so the waiter drives them itself.
-pub fn wait_for(new: NewQuery) -> CmResult<Path> {
+pub fn wait_for(start: impl FnOnce(Completion) -> CmResult<NewQuery>) -> CmResult<Path> {
     let (tx, rx) = sync_channel(1);
+    let new = start(Completion::Waiter(tx))?;
     let per_try = new.timing.per_try;
     let total = per_try * (new.timing.retries + 1);
-    let (id, _) = submit(NewQuery {
-        done: Completion::Waiter(tx),
-        ..new
-    })?;
+    let (id, _) = submit(new)?;
     let id = id as u32;
     if worker::on_worker() {
         loop {

@@ -219,14 +219,15 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
         let _sa = FakeSa::open(Answer::Record);
         assert_eq!(f.device.query_path(&port, &f.query()).unwrap().dlid, 7);
     }
-    let (tx, _) = std::sync::mpsc::sync_channel(1);
-    let alone = query::NewQuery {
-        owner: 1,
-        query: f.query(),
-        send: Arc::new(|_| Ok(())),
-        timing: QUICK,
-        done: Completion::Waiter(tx),
-        client: None,
+    let alone = |done| {
+        Ok(query::NewQuery {
+            owner: 1,
+            query: f.query(),
+            send: Arc::new(|_| Ok(())),
+            timing: QUICK,
+            done,
+            client: None,
+        })
     };
     assert_eq!(query::wait_for(alone), Err(ETIMEDOUT));
 }
@@ -273,6 +274,36 @@ fn a_roce_port_has_no_sa_eagain_as_without_an_sm() {
     assert_eq!(started.err(), Some(crate::cm::worker::EAGAIN));
     assert_eq!(query::outstanding(), 0);
     roce.close();
+}
+
+#[test]
+fn a_waiter_on_the_worker_resends_by_itself() {
+    let _serial = SA_TESTS.lock();
+    let (tx, outcome) = channel();
+    worker::queue_sa_callback(Box::new(move || {
+        let sends = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = sends.clone();
+        let waited = query::wait_for(|done| {
+            Ok(query::NewQuery {
+                owner: 1,
+                query: PathQuery::between([0; 16], [0; 16], 0xffff),
+                send: Arc::new(move |_| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }),
+                timing: QUICK,
+                done,
+                client: None,
+            })
+        });
+        tx.send((waited, sends.load(Ordering::SeqCst))).unwrap();
+    }));
+    let (waited, sends) = outcome.recv_timeout(WAIT).unwrap();
+    assert_eq!(waited, Err(ETIMEDOUT));
+    assert_eq!(
+        sends, 3,
+        "the first try and 2 retries, with no timer firing"
+    );
 }
 
 #[test]
