@@ -50,6 +50,15 @@ header-check:
 	  if cmp -s $$tmp include/rdma/ib_cm.h; then echo "header: up to date"; rm -f $$tmp; \
 	  else diff -u include/rdma/ib_cm.h $$tmp | head -40; rm -f $$tmp; \
 	       echo "header: include/rdma/ib_cm.h is stale: run make header"; exit 1; fi
+	@# The hand-written <rdma/ib_sa.h>: compiles alone as C and C++, and declares
+	@# only exported functions (their prototypes: man-check, test_sa_api).
+	@for lang in "c -std=c11" "c++ -std=c++11"; do \
+	  echo '#include <rdma/ib_sa.h>' | $${CC:-cc} -x $$lang -Wall -Wextra -Werror -pedantic \
+	    -fsyntax-only -Iinclude - || exit 1; done
+	@for f in $$(grep -o '\bib_sa_[a-z_]*(' include/rdma/ib_sa.h | tr -d '(' | sort -u); do \
+	  grep -qx "$$f" c-tests/exported-symbols.txt || \
+	    { echo "header: ib_sa.h declares $$f, which is not exported"; exit 1; }; done
+	@echo "header: include/rdma/ib_sa.h compiles (C, C++) and declares only exported functions"
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/rdma
@@ -58,6 +67,7 @@ install: lib
 	ln -sf libib_cm.so.0 $(DESTDIR)$(PREFIX)/lib/libib_cm.so
 	install -m 0644 $(RELEASE)/libib_cm.a $(DESTDIR)$(PREFIX)/lib/libib_cm.a
 	install -m 0644 include/rdma/ib_cm.h $(DESTDIR)$(PREFIX)/include/rdma/ib_cm.h
+	install -m 0644 include/rdma/ib_sa.h $(DESTDIR)$(PREFIX)/include/rdma/ib_sa.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ib_cm.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ib_cm.pc
 	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7

@@ -6,7 +6,7 @@ Fails when
   man3 page documents a name that is not exported;
 - a page's .TH or NAME line does not name its file;
 - a man3 page's SYNOPSIS does not show the prototype of include/rdma/ib_cm.h
-  (whitespace aside), so a changed signature cannot leave its page behind;
+  or ib_sa.h (whitespace aside), so a changed signature cannot leave its page behind;
 - ib_cm(7) does not refer to every man3 page;
 - an EXAMPLES program (each .EX/.EE block, as the reader sees it) does not
   compile against the header with -Wall -Werror;
@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MAN = ROOT / "man"
 HEADER = ROOT / "include/rdma/ib_cm.h"
+SA_HEADER = ROOT / "include/rdma/ib_sa.h"
 SYMBOLS = ROOT / "c-tests/exported-symbols.txt"
 C_LOCALE = dict(os.environ, LC_ALL="C")
 
@@ -122,7 +123,7 @@ def main() -> int:
         print(f"man: {' and '.join(missing)} not found: run make deps (scripts/install-deps.sh)")
         return 1
     symbols = set(SYMBOLS.read_text().split())
-    header = HEADER.read_text()
+    header = HEADER.read_text() + SA_HEADER.read_text()
     man3 = sorted((MAN / "man3").glob("*.3"))
     man7 = sorted((MAN / "man7").glob("*.7"))
     problems = []

@@ -27,6 +27,11 @@
  *                                       the alternate path SLID -> DLID
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
  *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
+ *   ibfabric_peer sa-async GUID         prints the path ib_sa_path_rec_get's
+ *                                       callback gets to port GUID
+ *   ibfabric_peer sa-cancel GUID        with the SM stopped: a query
+ *                                       cancelled gets -EINTR once, one left
+ *                                       alone -ETIMEDOUT
  *
  * Private data is checked byte for byte up to what umad2sim delivers: it
  * hands a MAD over in a 288-byte buffer with a 64-byte header, so bytes
@@ -34,6 +39,8 @@
  * from 192, REQ's from 60, REP's from 164).
  */
 #include "common.h"
+
+#include <rdma/ib_sa.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -673,6 +680,108 @@ static union ib_gid gid_of_port(const char *guid) {
   return gid;
 }
 
+/* ---- the kernel's SA API (scenarios sa-async, sa-cancel) ---------------- */
+
+static struct ib_sa_client sa_client;
+
+/* What one query's callback got, and how often it ran. */
+struct sa_outcome {
+  atomic_int calls;
+  int status;
+  unsigned num_prs;
+  int resp_null;
+  struct sa_path_rec rec;
+};
+
+static void sa_callback(int status, struct sa_path_rec *resp, unsigned int num_prs, void *context) {
+  struct sa_outcome *o = context;
+  o->status = status;
+  o->num_prs = num_prs;
+  o->resp_null = resp == NULL;
+  if (resp)
+    o->rec = *resp;
+  atomic_fetch_add(&o->calls, 1); /* publishes the fields above */
+}
+
+static void sa_wait_called(struct sa_outcome *o) {
+  long long until = now_ms() + TIMEOUT_MS;
+  while (atomic_load(&o->calls) == 0) {
+    if (now_ms() > until)
+      test_fail(__FILE__, __LINE__, "no SA callback after %d ms", TIMEOUT_MS);
+    sleep_ms(1);
+  }
+}
+
+/* What ibcm_init_path asks the SA for, as rdma_cm's route query. */
+static int sa_query(const union ib_gid *dgid, unsigned long timeout_ms, struct sa_outcome *o,
+                    struct ib_sa_query **q) {
+  struct sa_path_rec rec;
+  memset(&rec, 0, sizeof(rec));
+  rec.sgid = gid_a;
+  rec.dgid = *dgid;
+  rec.pkey = htobe16(0xffff);
+  rec.reversible = 1;
+  rec.numb_path = 1;
+  rec.rec_type = SA_PATH_REC_TYPE_IB;
+  return ib_sa_path_rec_get(&sa_client, dev_a, 1, &rec,
+                            IB_SA_PATH_REC_DGID | IB_SA_PATH_REC_SGID | IB_SA_PATH_REC_REVERSIBLE |
+                                IB_SA_PATH_REC_NUMB_PATH | IB_SA_PATH_REC_PKEY,
+                            timeout_ms, GFP_KERNEL, sa_callback, o, q);
+}
+
+/* The path the callback gets, printed as `path` prints ibcm_init_path's. */
+static int sa_async(const char *guid) {
+  union ib_gid gid = gid_of_port(guid);
+  struct sa_outcome o = {0};
+  struct ib_sa_query *q = NULL;
+  ib_sa_register_client(&sa_client);
+  int id = sa_query(&gid, 2000, &o, &q);
+  CHECK(id >= 0 && q != NULL);
+  sa_wait_called(&o);
+  ib_sa_unregister_client(&sa_client);
+  fprintf(stderr, "query %d: status %d, %u record(s)\n", id, o.status, o.num_prs);
+  CHECK_EQ(o.status, 0);
+  CHECK_EQ(o.num_prs, 1);
+  CHECK_EQ(o.rec.rec_type, SA_PATH_REC_TYPE_IB);
+  CHECK(memcmp(o.rec.dgid.raw, gid.raw, 16) == 0);
+  CHECK_EQ(atomic_load(&o.calls), 1);
+  print_path(&o.rec);
+  return 0;
+}
+
+/* Run with the SM stopped, so that no answer can beat the cancel: the
+ * cancelled query calls back -EINTR once; a second one, left alone, times
+ * out (nobody answers indeed), and the first is not called again. */
+static int sa_cancel(const char *guid) {
+  union ib_gid gid = gid_of_port(guid);
+  struct sa_outcome cancelled = {0}, left = {0};
+  struct ib_sa_query *q1, *q2;
+  ib_sa_register_client(&sa_client);
+  int id1 = sa_query(&gid, 60000, &cancelled, &q1);
+  CHECK(id1 >= 0);
+  ib_sa_cancel_query(id1, q1);
+  ib_sa_cancel_query(id1, q1);
+  sa_wait_called(&cancelled);
+  long long t0 = now_ms();
+  int id2 = sa_query(&gid, 300, &left, &q2);
+  CHECK(id2 >= 0 && id2 != id1);
+  sa_wait_called(&left);
+  long long waited = now_ms() - t0;
+  ib_sa_cancel_query(id2, q2); /* over: nothing */
+  ib_sa_unregister_client(&sa_client);
+  printf("cancelled query %d: %d (%s), %d callback(s), resp %s\n", id1, cancelled.status,
+         strerror(-cancelled.status), atomic_load(&cancelled.calls),
+         cancelled.resp_null ? "NULL" : "set");
+  printf("query %d left alone: %d (%s) after %lld ms, %d callback(s)\n", id2, left.status,
+         strerror(-left.status), waited, atomic_load(&left.calls));
+  CHECK_EQ(cancelled.status, -EINTR);
+  CHECK(cancelled.resp_null);
+  CHECK_EQ(left.status, -ETIMEDOUT);
+  CHECK_EQ(atomic_load(&cancelled.calls), 1);
+  CHECK_EQ(atomic_load(&left.calls), 1);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3)
     return 2;
@@ -713,6 +822,10 @@ int main(int argc, char **argv) {
     rc = idle(argv[2]);
   } else if (!strcmp(argv[1], "rej")) {
     rc = rej(argv[2]);
+  } else if (!strcmp(argv[1], "sa-async")) {
+    rc = sa_async(argv[2]);
+  } else if (!strcmp(argv[1], "sa-cancel")) {
+    rc = sa_cancel(argv[2]);
   }
   test_finish();
   return rc;

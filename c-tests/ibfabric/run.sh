@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops
+#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
 #
 # scale and scale-drops (make ibscale) need the ibsim that
 # scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=32;
@@ -141,14 +141,16 @@ dropped_report() {
 }
 
 case $scenario in
-path)
+path|sa-async)
+    # The same comparison for ibcm_init_path (path) and for the record
+    # ib_sa_path_rec_get's callback gets (sa-async).
     src=$(port_lid Hca1) dst=$(port_lid Hca2) dst_guid=$(port_guid Hca2)
     keys='dlid|slid|sl|mtu|rate|pkt_life|pkey|hop_flow_raw|tclass|num_path_revers'
     on Hca1 saquery -p --src-to-dst "$src:$dst" >saquery.out 2>&1 || { cat saquery.out; exit 1; }
     sed -n 's/^[[:space:]]*\([a-z_]*\)\.\.*\(.*\)$/\1 \2/p' saquery.out | grep -E "^($keys) " | sort >sa.txt
-    on Hca1 "$peer" path "$dst_guid" >peer.out 2>&1 || { cat peer.out; exit 1; }
+    on Hca1 "$peer" "$scenario" "$dst_guid" >peer.out 2>&1 || { cat peer.out; exit 1; }
     grep -E "^($keys) " peer.out | sort >ibcm.txt
-    echo "saquery -p --src-to-dst $src:$dst        | ibcm_init_path"
+    echo "saquery -p --src-to-dst $src:$dst        | $([ "$scenario" = path ] && echo ibcm_init_path || echo ib_sa_path_rec_get)"
     paste sa.txt ibcm.txt
     [ -s sa.txt ] && diff sa.txt ibcm.txt
     ;;
@@ -158,6 +160,18 @@ sa-errors)
     on Hca1 "$peer" patherr 0x123456789 22 || exit 1
     kill $(echo $pids | cut -d' ' -f1)
     on Hca1 "$peer" patherr "$(port_guid Hca2)" 110 || exit 1
+    ;;
+sa-cancel)
+    # OpenSM stopped (and gone) first: no answer can beat the cancel.
+    dst_guid=$(port_guid Hca2) sm=$(echo $pids | cut -d' ' -f1)
+    kill "$sm"
+    i=0
+    while kill -0 "$sm" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 100 ] && { echo "OpenSM did not stop"; exit 1; }
+        sleep 0.1
+    done
+    on Hca1 "$peer" sa-cancel "$dst_guid" || exit 1
     ;;
 connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;

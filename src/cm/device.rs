@@ -15,7 +15,8 @@ use super::trace::{self, Dir};
 use super::worker;
 use super::worker::EAGAIN;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV};
-use crate::sa::{self, MGMT_CLASS_SA, PathQuery, SaClient};
+use crate::sa::query::{self, Completion, NewQuery, Timing};
+use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
 use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
 use crate::transport::umad::UmadTransport;
@@ -99,8 +100,8 @@ pub struct Device {
     /// The upper 32 TID bits of MADs this device starts (the kernel MAD agent's
     /// `hi_tid`; on real ports the kernel rewrites them anyway).
     pub hi_tid: u32,
-    /// PathRecord queries of this device waiting for the SA.
-    sa: SaClient,
+    /// This device, for the SA queries that send on it later.
+    me: Weak<Device>,
     transport: Arc<dyn MadTransport>,
     /// Set once by `close`. Every send holds it for reading, so close waits
     /// for a send in progress and no send reaches the transport after it.
@@ -182,7 +183,7 @@ impl Device {
                 lid: me.lid,
                 pkey: DEFAULT_PKEY,
                 pkeys: vec![DEFAULT_PKEY],
-                sm_lid: 0,
+                sm_lid: LoopIdentity::SM_LID,
                 sm_sl: 0,
                 link_layer,
                 mtu: IB_MTU_4096,
@@ -223,12 +224,14 @@ impl Device {
     ) -> CmResult<Arc<Device>> {
         let mut result = Ok(());
         let device = Arc::new_cyclic(|weak: &Weak<Device>| {
+            let me = weak.clone();
             let weak = weak.clone();
             let recv: RecvFn = Arc::new(move |port, addr, mad| {
                 if let Some(device) = weak.upgrade() {
                     if mad[1] == MGMT_CLASS_SA {
-                        // An SA answer: its caller waits for it, not the worker.
-                        device.sa.deliver(&mad);
+                        // An SA answer: completes its query here; only the
+                        // query's callback waits for the worker.
+                        query::deliver(Arc::as_ptr(&device) as usize, &mad);
                     } else {
                         worker::queue_recv(device, port, addr, mad);
                     }
@@ -249,7 +252,7 @@ impl Device {
                     .collect(),
                 ports: identity.ports,
                 hi_tid: 1,
-                sa: SaClient::default(),
+                me,
                 transport,
                 closed: RwLock::new(false),
                 ids: AtomicUsize::new(0),
@@ -377,6 +380,7 @@ impl Device {
     pub fn close(&self) {
         *self.closed.write() = true;
         self.transport.close();
+        query::flush(self as *const Device as usize);
         // Events of destroyed ids only; dropped after the queue's lock.
         drop(self.events.close());
     }
@@ -421,23 +425,66 @@ fn device_ack_delay(name: &str) -> u8 {
 }
 
 impl Device {
-    /// Asks the SA of `port`'s subnet for a path (`ib_sa_path_rec_get`),
-    /// waiting for the answer: `-EAGAIN` while the port knows no SM (as the
-    /// kernel's SA client without an SM address handle), `-ETIMEDOUT` when
-    /// the SA never answers, `-EINVAL` when it answers with an error.
+    /// Asks the SA of `port`'s subnet for a path and waits for the answer
+    /// (`ibcm_init_path`'s 4 tries of 500 ms): `-EAGAIN` while the port knows
+    /// no SM, `-ETIMEDOUT` when the SA never answers, `-EINVAL` when it
+    /// answers with an error.
     pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
-        if port.sm_lid == 0 {
+        let timing = Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES);
+        query::wait_for(|done| self.path_query(port, *query, timing, done, None))
+    }
+
+    /// `ib_sa_path_rec_get()`: sends `query` to the SA of port `port_num`
+    /// and returns the query's id and handle; `done` gets its outcome.
+    /// `-EAGAIN` for a port with no SM known (or no SA: RoCE), as the
+    /// kernel's SA client without an SM address handle.
+    pub fn start_path_query(
+        &self,
+        port_num: u8,
+        query: PathQuery,
+        timing: Timing,
+        done: Completion,
+        client: Option<sa::client::ClientRef>,
+    ) -> CmResult<(i32, usize)> {
+        let port = self.port(port_num)?;
+        query::submit(self.path_query(port, query, timing, done, client)?)
+    }
+
+    /// A query to the SM of `port`, sent on this device.
+    fn path_query(
+        &self,
+        port: &Port,
+        query: PathQuery,
+        timing: Timing,
+        done: Completion,
+        client: Option<sa::client::ClientRef>,
+    ) -> CmResult<NewQuery> {
+        if port.sm_lid == 0 || port.is_roce() {
             return Err(EAGAIN);
         }
         let sm = MadAddr {
             dlid: port.sm_lid,
             sl: port.sm_sl,
+            // The in-process fabric delivers by GID.
+            dgid: match self.as_loop() {
+                Some(_) => LoopIdentity::from_lid(port.sm_lid).map_or([0; 16], |l| l.gid),
+                None => [0; 16],
+            },
             ..MadAddr::default()
         };
-        self.sa
-            .path_rec_get(query, sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES, |mad| {
-                self.send(port.port_num, &sm, mad)
-            })
+        let (me, port_num) = (self.me.clone(), port.port_num);
+        Ok(NewQuery {
+            owner: self as *const Device as usize,
+            query,
+            send: Arc::new(move |mad| {
+                me.upgrade()
+                    .ok_or(ENODEV)
+                    .and_then(|d| d.send(port_num, &sm, mad))
+            }),
+            timing,
+            done,
+            client,
+        })
     }
 }
 

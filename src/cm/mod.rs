@@ -35,7 +35,7 @@ mod sidr;
 mod tables;
 mod timewait;
 mod trace;
-mod worker;
+pub(crate) mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -214,4 +214,4 @@ pub fn id_count() -> usize {
     tables().devices.values().map(|d| d.id_count()).sum()
 }
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -56,6 +56,8 @@ pub enum Work {
     /// Tells the waiter of `wait_for_queued_work` that every item queued
     /// before this one was handled.
     Barrier(SyncSender<()>),
+    /// The callback of a finished SA query (`crate::sa::query`).
+    SaCallback(Box<dyn FnOnce() + Send>),
 }
 
 /// What a timer does when it fires.
@@ -64,6 +66,8 @@ pub enum TimerWork {
     Retransmit(Weak<CmIdPriv>),
     /// Timewait of `id` is over.
     TimewaitExit(Weak<CmIdPriv>),
+    /// A try of SA query `id` got no answer in time.
+    SaRetry(u32),
 }
 
 #[derive(Default)]
@@ -173,6 +177,12 @@ pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
         run_work(work);
     }
     Ok(taken)
+}
+
+/// Queues the callback of a finished SA query: it runs on the worker, in
+/// order with CM events, never on a thread of the caller's (also in FD mode).
+pub fn queue_sa_callback(callback: Box<dyn FnOnce() + Send>) {
+    push(Work::SaCallback(callback));
 }
 
 /// Arms a timer `after` from now.
@@ -396,6 +406,9 @@ fn run_work(work: Work) {
             // The waiter may have given up: nobody to tell then.
             let _ = done.try_send(());
         }
+        Work::SaCallback(callback) => {
+            contain("an SA callback", callback);
+        }
         Work::Checked { id, check } => {
             contain("an event", || {
                 if let Some(event) = check(&id) {
@@ -441,6 +454,11 @@ fn fire(timer: TimerId, work: &TimerWork, lost: bool) {
             if let Some(id) = id.upgrade() {
                 timewait::timewait_handler(&id, timer);
             }
+        }
+        // Run again as if no timer were meant (the first run may have let go
+        // of it), it resends or times the query out.
+        TimerWork::SaRetry(query) => {
+            crate::sa::query::retry_handler(*query, (!lost).then_some(timer));
         }
     }
 }

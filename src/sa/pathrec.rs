@@ -26,7 +26,21 @@ pub const COMP_PKEY: u64 = 1 << 13;
 #[derive(Debug, Clone, Copy)]
 pub struct PathQuery {
     pub rec: Path,
+    pub extras: QueryExtras,
     pub comp_mask: u64,
+}
+
+/// The fields of a query's record that the CM's `Path` does not carry:
+/// `struct sa_path_rec`'s selectors, QoS class, preference and raw traffic
+/// bit, which a caller of `ib_sa_path_rec_get` may ask with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueryExtras {
+    pub raw_traffic: u8,
+    pub qos_class: u16,
+    pub mtu_selector: u8,
+    pub rate_selector: u8,
+    pub packet_life_time_selector: u8,
+    pub preference: u8,
 }
 
 impl PathQuery {
@@ -42,6 +56,7 @@ impl PathQuery {
                 numb_path: 1,
                 ..Path::default()
             },
+            extras: QueryExtras::default(),
             comp_mask: COMP_DGID | COMP_SGID | COMP_PKEY | COMP_NUMB_PATH | COMP_REVERSIBLE,
         }
     }
@@ -56,7 +71,9 @@ impl PathQuery {
         mad[12..16].copy_from_slice(&tid.to_be_bytes());
         mad[16..18].copy_from_slice(&ATTR_PATH_RECORD.to_be_bytes());
         mad[COMP_MASK_OFFSET..DATA_OFFSET].copy_from_slice(&self.comp_mask.to_be_bytes());
-        encode_record(&self.rec, &mut mad[DATA_OFFSET..DATA_OFFSET + 64]);
+        let record = &mut mad[DATA_OFFSET..DATA_OFFSET + 64];
+        encode_record(&self.rec, record);
+        encode_extras(&self.extras, record);
         mad
     }
 }
@@ -77,6 +94,18 @@ pub fn encode_record(p: &Path, out: &mut [u8]) {
     out[54] = p.mtu & 0x3f;
     out[55] = p.rate & 0x3f;
     out[56] = p.packet_life_time & 0x3f;
+}
+
+/// Adds what `extras` holds to a record `encode_record` wrote: the bits
+/// it leaves zero (raw traffic, QoS class, the selectors, preference).
+fn encode_extras(x: &QueryExtras, out: &mut [u8]) {
+    out[44] |= (x.raw_traffic & 1) << 7;
+    out[52] |= ((x.qos_class & 0xfff) >> 4) as u8;
+    out[53] |= ((x.qos_class & 0xf) << 4) as u8;
+    out[54] |= (x.mtu_selector & 3) << 6;
+    out[55] |= (x.rate_selector & 3) << 6;
+    out[56] |= (x.packet_life_time_selector & 3) << 6;
+    out[57] = x.preference;
 }
 
 /// Reads a PathRecord as the kernel's `ib_sa_unpack_path` does (an IB
@@ -135,6 +164,28 @@ mod tests {
         assert_eq!(mad[56 + 24..56 + 40], gid(1));
         assert_eq!(mad[56 + 49], 0x81); // reversible, one path
         assert_eq!(mad[56 + 50..56 + 52], [0xff, 0xff]);
+    }
+
+    #[test]
+    fn selectors_and_qos_class_go_where_the_kernels_ib_pack_puts_them() {
+        let mut q = PathQuery::between(gid(1), gid(4), 0xffff);
+        q.rec.sl = 5;
+        q.rec.mtu = 4;
+        q.extras = QueryExtras {
+            raw_traffic: 1,
+            qos_class: 0xabc,
+            mtu_selector: 2,
+            rate_selector: 3,
+            packet_life_time_selector: 1,
+            preference: 7,
+        };
+        let r = &q.encode(1)[56..];
+        assert_eq!(r[44] & 0x80, 0x80);
+        assert_eq!(r[52..54], [0xab, 0xc5]);
+        assert_eq!(r[54], 0x84);
+        assert_eq!(r[55] >> 6, 3);
+        assert_eq!(r[56] >> 6, 1);
+        assert_eq!(r[57], 7);
     }
 
     #[test]

@@ -53,6 +53,17 @@ impl LoopIdentity {
         }
     }
 
+    /// Where loop ports' SA queries go: the LID of the last loop device,
+    /// which only a test's fake SA opens (unanswered otherwise, as with an
+    /// SM that is gone).
+    pub const SM_LID: u16 = MAX_LOOP_INDEX as u16 + 1;
+
+    /// The loop device with LID `lid`, whether or not it is open.
+    pub fn from_lid(lid: u16) -> Option<Self> {
+        let index = u32::from(lid).checked_sub(1)?;
+        (index <= MAX_LOOP_INDEX).then(|| Self::from_index(index))
+    }
+
     /// The loop device that owns `gid`, whether or not it is open.
     pub fn from_gid(gid: &[u8; 16]) -> Option<Self> {
         if gid[..8] != [0xfe, 0x80, 0, 0, 0, 0, 0, 0] {

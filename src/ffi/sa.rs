@@ -1,0 +1,268 @@
+//! The kernel's SA API (`<rdma/ib_sa.h>`, Linux 6.17): SA clients and
+//! asynchronous PathRecord queries.
+//!
+//! Declared in the hand-written `include/rdma/ib_sa.h`, not in the header
+//! cbindgen makes (hence `cbindgen:ignore` on each item). `make header-check`
+//! compiles it and checks that it declares only exported functions; the man
+//! pages' check and `c-tests/test_sa_api.c` hold its prototypes to these.
+
+use std::ffi::{c_int, c_uint, c_ulong, c_void};
+
+use super::{guard, path};
+use crate::abi::{ib_device, sa_path_rec};
+use crate::cm::path::{Path, REC_TYPE_IB};
+use crate::errno::{CmResult, EINVAL, EIO};
+use crate::sa::client;
+use crate::sa::pathrec::{PathQuery, QueryExtras};
+use crate::sa::query::{self, Completion, Timing};
+
+/// `struct ib_sa_client`: 32 bytes the caller owns (a static in SRP and
+/// IPoIB); the library never reads or writes them, it knows a client by its
+/// address.
+///
+/// cbindgen:ignore
+#[repr(C)]
+pub struct ib_sa_client {
+    _reserved: [u64; 4],
+}
+
+/// `struct ib_sa_query`: opaque; a handle the caller passes back to
+/// `ib_sa_cancel_query`.
+///
+/// cbindgen:ignore
+#[repr(C)]
+pub struct ib_sa_query {
+    _private: [u8; 0],
+}
+
+/// The callback of `ib_sa_path_rec_get`.
+type PathRecCallback = Option<unsafe extern "C" fn(c_int, *mut sa_path_rec, c_uint, *mut c_void)>;
+
+/// `ib_sa_register_client()`: `client` may start queries. NULL is ignored.
+///
+/// cbindgen:ignore
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_sa_register_client(client: *mut ib_sa_client) {
+    guard((), || {
+        if !client.is_null() {
+            client::register(client as usize);
+        }
+    })
+}
+
+/// `ib_sa_unregister_client()`: returns once every query of `client` is
+/// over and its callback returned. NULL or an unregistered client: nothing.
+///
+/// cbindgen:ignore
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_sa_unregister_client(client: *mut ib_sa_client) {
+    guard((), || client::unregister(client as usize))
+}
+
+/// `ib_sa_cancel_query()`: the query's callback gets `-EINTR`, unless it is
+/// over already (then nothing happens).
+///
+/// cbindgen:ignore
+#[unsafe(no_mangle)]
+pub extern "C" fn ib_sa_cancel_query(id: c_int, query: *mut ib_sa_query) {
+    guard((), || query::cancel(id, query as usize))
+}
+
+/// A C pointer handed back to the C callback on the worker thread.
+struct Context(*mut c_void);
+
+// SAFETY: the library never dereferences it; it only passes it back to the
+// caller's callback, which is the caller's business (as in the kernel).
+unsafe impl Send for Context {}
+
+/// `ib_sa_path_rec_get()`: sends a PathRecord query and returns its id
+/// (>= 0), with `*sa_query` set; `callback` then runs exactly once on the
+/// library's worker thread: (0, the record, 1) or (`-ETIMEDOUT` |
+/// `-EINTR` | `-EINVAL` | `-EIO`, NULL, 0).
+///
+/// # Safety
+/// `rec` points to a readable `struct sa_path_rec` and `sa_query` to a
+/// writable pointer; `callback` is callable with `context` until it ran.
+///
+/// cbindgen:ignore
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // the kernel's signature
+pub unsafe extern "C" fn ib_sa_path_rec_get(
+    client: *mut ib_sa_client,
+    device: *mut ib_device,
+    port_num: u32,
+    rec: *mut sa_path_rec,
+    comp_mask: u64,
+    timeout_ms: c_ulong,
+    _gfp_mask: c_uint,
+    callback: PathRecCallback,
+    context: *mut c_void,
+    sa_query: *mut *mut ib_sa_query,
+) -> c_int {
+    guard(EIO.to_neg(), || {
+        let start = || -> CmResult<i32> {
+            let device = crate::cm::lookup_device(device as usize).ok_or(EINVAL)?;
+            let (Some(callback), false, false) = (callback, rec.is_null(), sa_query.is_null())
+            else {
+                return Err(EINVAL);
+            };
+            let port_num = u8::try_from(port_num).map_err(|_| EINVAL)?;
+            // SAFETY: non-NULL and readable by the caller's promise.
+            let query = path_query(unsafe { &*rec }, u64::from_be(comp_mask))?;
+            let client = client::hold(client as usize).ok_or(EINVAL)?;
+            let context = Context(context);
+            let done = Completion::Callback(Box::new(move |outcome| {
+                let context = context;
+                run_callback(callback, outcome, context.0);
+            }));
+            #[allow(clippy::useless_conversion)] // c_ulong is u32 on 32-bit targets
+            let timing = Timing::kernel(u64::from(timeout_ms));
+            let (id, handle) =
+                device.start_path_query(port_num, query, timing, done, Some(client))?;
+            // SAFETY: non-NULL and writable by the caller's promise.
+            unsafe { sa_query.write(handle as *mut ib_sa_query) };
+            Ok(id)
+        };
+        start().unwrap_or_else(|e| e.to_neg())
+    })
+}
+
+/// What the C record asks for. Only InfiniBand records: an OPA or RoCE
+/// record has no PathRecord of the SA (`-EINVAL`).
+fn path_query(rec: &sa_path_rec, comp_mask: u64) -> CmResult<PathQuery> {
+    let path: Path = path::from_c(rec);
+    if path.rec_type != REC_TYPE_IB {
+        return Err(EINVAL);
+    }
+    // SAFETY: every bit pattern of the plain-data union is a valid
+    // `sa_path_rec_ib` (integers only).
+    let raw_traffic = unsafe { rec.link.ib.raw_traffic };
+    Ok(PathQuery {
+        rec: path,
+        extras: QueryExtras {
+            raw_traffic,
+            qos_class: u16::from_be(rec.qos_class),
+            mtu_selector: rec.mtu_selector,
+            rate_selector: rec.rate_selector,
+            packet_life_time_selector: rec.packet_life_time_selector,
+            preference: rec.preference,
+        },
+        comp_mask,
+    })
+}
+
+/// Calls the C callback with a query's outcome; the record lives on this
+/// stack for the call, as the kernel's does.
+fn run_callback(
+    callback: unsafe extern "C" fn(c_int, *mut sa_path_rec, c_uint, *mut c_void),
+    outcome: CmResult<Path>,
+    context: *mut c_void,
+) {
+    match outcome {
+        Ok(found) => {
+            let mut resp = path::to_c(&found);
+            // SAFETY: the caller's callback, with the context it gave.
+            unsafe { callback(0, &mut resp, 1, context) };
+        }
+        // SAFETY: as above; no record with an error, as the kernel.
+        Err(e) => unsafe { callback(e.to_neg(), std::ptr::null_mut(), 0, context) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::abi::CIntPathRecType;
+    use crate::cm::path::REC_TYPE_ROCE_V2;
+
+    /// `SA_PATH_REC_TYPE_OPA`.
+    const REC_TYPE_OPA: i32 = 3;
+
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    static STATUS: AtomicI32 = AtomicI32::new(1);
+
+    unsafe extern "C" fn record(status: c_int, _: *mut sa_path_rec, _: c_uint, _: *mut c_void) {
+        STATUS.store(status, Ordering::SeqCst);
+        CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `ib_sa_path_rec_get` on port `port` of `device` with `rec_type`.
+    fn get(
+        client: *mut ib_sa_client,
+        device: *mut ib_device,
+        port: u32,
+        rec_type: i32,
+        callback: PathRecCallback,
+        out: *mut *mut ib_sa_query,
+    ) -> c_int {
+        let mut rec = path::to_c(&Path::default());
+        rec.rec_type = CIntPathRecType(rec_type);
+        // SAFETY: `rec` is a valid record; `out` is NULL or writable.
+        unsafe {
+            ib_sa_path_rec_get(
+                client,
+                device,
+                port,
+                &mut rec,
+                0,
+                1000,
+                0,
+                callback,
+                std::ptr::null_mut(),
+                out,
+            )
+        }
+    }
+
+    #[test]
+    fn bad_arguments_get_the_documented_errno_and_no_callback() {
+        let _serial = crate::sa::tests::SA_TESTS.lock();
+        let device = crate::cm::open_device(&crate::cm::tests::loop_name()).unwrap();
+        let dev = std::sync::Arc::as_ptr(&device) as *mut ib_device;
+        let mut client = ib_sa_client { _reserved: [0; 4] };
+        let mut stranger = ib_sa_client { _reserved: [0; 4] };
+        let (c, s): (*mut ib_sa_client, *mut ib_sa_client) = (&mut client, &mut stranger);
+        ib_sa_register_client(c);
+        let mut q = std::ptr::null_mut();
+        let cb: PathRecCallback = Some(record);
+        let einval = -libc::EINVAL;
+        CALLS.store(0, Ordering::SeqCst);
+        assert_eq!(
+            get(std::ptr::null_mut(), dev, 1, REC_TYPE_IB, cb, &mut q),
+            einval
+        );
+        assert_eq!(get(s, dev, 1, REC_TYPE_IB, cb, &mut q), einval);
+        assert_eq!(
+            get(c, std::ptr::null_mut(), 1, REC_TYPE_IB, cb, &mut q),
+            einval
+        );
+        assert_eq!(get(c, dev, 1, REC_TYPE_IB, None, &mut q), einval);
+        assert_eq!(
+            get(c, dev, 1, REC_TYPE_IB, cb, std::ptr::null_mut()),
+            einval
+        );
+        assert_eq!(get(c, dev, 2, REC_TYPE_IB, cb, &mut q), einval);
+        assert_eq!(get(c, dev, 257, REC_TYPE_IB, cb, &mut q), einval);
+        assert_eq!(get(c, dev, 1, REC_TYPE_ROCE_V2, cb, &mut q), einval);
+        assert_eq!(get(c, dev, 1, REC_TYPE_OPA, cb, &mut q), einval);
+        assert!(q.is_null());
+
+        // A good one, cancelled through the ABI: -EINTR, once.
+        let id = get(c, dev, 1, REC_TYPE_IB, cb, &mut q);
+        assert!(id >= 0 && !q.is_null());
+        ib_sa_cancel_query(id, q);
+        ib_sa_cancel_query(id, q);
+        let until = Instant::now() + Duration::from_secs(10);
+        while CALLS.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ib_sa_unregister_client(c);
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+        assert_eq!(STATUS.load(Ordering::SeqCst), -libc::EINTR);
+        assert_eq!(get(c, dev, 1, REC_TYPE_IB, cb, &mut q), einval);
+        crate::cm::close_device(&device).unwrap();
+    }
+}

@@ -1,0 +1,340 @@
+//! SA queries on the in-process fabric. Loop ports send their queries to
+//! `LoopIdentity::SM_LID`, where nobody answers unless a test opens a fake SA
+//! there; so every test here holds [`SA_TESTS`] (one fabric per process).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::client;
+use super::pathrec::PathQuery;
+use super::query::{self, Completion, Timing};
+use super::{EINTR, ETIMEDOUT};
+use crate::cm::device::Device;
+use crate::cm::path::Path;
+use crate::cm::tests::loop_name;
+use crate::cm::worker;
+use crate::errno::{CmResult, EINVAL, ENODEV};
+use crate::transport::loopback::{LoopIdentity, LoopTransport};
+use crate::transport::{MadTransport, RecvFn};
+
+/// Serialises the tests that use the fabric's SM LID.
+pub static SA_TESTS: Mutex<()> = Mutex::new(());
+
+const WAIT: Duration = Duration::from_secs(10);
+const PATH_RECORD: u16 = 0x0035;
+/// Short tries: the timeout tests end in milliseconds, whatever the load
+/// (nothing asserts how long they took).
+const QUICK: Timing = Timing {
+    per_try: Duration::from_millis(5),
+    retries: 2,
+};
+
+/// What the fake SA answers.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// The queried record with `dlid` and `slid` filled in.
+    Record,
+    /// An error status (0x0300: no records).
+    NoRecords,
+}
+
+/// A fake SA at the SM LID, answering every SubnAdmGet(PathRecord).
+struct FakeSa {
+    transport: Arc<LoopTransport>,
+}
+
+impl FakeSa {
+    fn open(answer: Answer) -> Self {
+        let me = LoopIdentity::from_lid(LoopIdentity::SM_LID).unwrap();
+        let this: Arc<OnceLock<Arc<LoopTransport>>> = Arc::default();
+        let inner = this.clone();
+        let recv: RecvFn = Arc::new(move |_port, from, mad| {
+            let mut resp = *mad;
+            resp[3] = 0x81;
+            match answer {
+                Answer::Record => {
+                    resp[56 + 40..56 + 42].copy_from_slice(&7u16.to_be_bytes());
+                    resp[56 + 42..56 + 44].copy_from_slice(&2u16.to_be_bytes());
+                }
+                Answer::NoRecords => resp[4..6].copy_from_slice(&0x0300u16.to_be_bytes()),
+            }
+            if let Some(t) = inner.get() {
+                let _ = t.send(1, &from, &resp);
+            }
+        });
+        let transport = LoopTransport::open(me, recv).unwrap();
+        let _ = this.set(transport.clone());
+        FakeSa { transport }
+    }
+}
+
+impl Drop for FakeSa {
+    fn drop(&mut self) {
+        self.transport.close();
+    }
+}
+
+/// A device, and the outcomes of its queries' callbacks as they run.
+struct Fixture {
+    _serial: MutexGuard<'static, ()>,
+    device: Arc<Device>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let serial = SA_TESTS.lock();
+        Fixture {
+            _serial: serial,
+            device: crate::cm::open_device(&loop_name()).unwrap(),
+        }
+    }
+
+    fn query(&self) -> PathQuery {
+        let dgid = LoopIdentity::from_name("loop1").unwrap().gid;
+        PathQuery::between(self.device.ports[0].gids[0].gid, dgid, 0xffff)
+    }
+
+    /// Starts a query whose callback reports to the receiver returned.
+    fn start(&self, timing: Timing) -> (i32, usize, Receiver<CmResult<Path>>) {
+        let (tx, rx) = channel();
+        let done = Completion::Callback(Box::new(move |outcome| {
+            assert!(worker::on_worker(), "SA callbacks run on the worker");
+            tx.send(outcome).unwrap();
+        }));
+        let (id, handle) = self
+            .device
+            .start_path_query(1, self.query(), timing, done, None)
+            .unwrap();
+        (id, handle, rx)
+    }
+
+    fn queries_sent(&self) -> u64 {
+        self.device.as_loop().unwrap().sent(PATH_RECORD)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = crate::cm::close_device(&self.device);
+    }
+}
+
+/// Everything queued so far ran: a second callback would have by now.
+fn settle() {
+    assert!(worker::wait_for_queued_work(WAIT));
+}
+
+#[test]
+fn no_answer_calls_back_once_with_etimedout_after_every_retry() {
+    let f = Fixture::new();
+    let (_, _, outcomes) = f.start(QUICK);
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(ETIMEDOUT));
+    assert_eq!(f.queries_sent(), 3, "the first try and 2 retries");
+    settle();
+    assert!(outcomes.try_recv().is_err(), "one callback only");
+    assert_eq!(query::outstanding(), 0);
+}
+
+#[test]
+fn an_answer_completes_the_query_with_its_record() {
+    let f = Fixture::new();
+    let _sa = FakeSa::open(Answer::Record);
+    let long = Timing {
+        per_try: WAIT,
+        retries: 0,
+    };
+    let (_, _, outcomes) = f.start(long);
+    let path = outcomes.recv_timeout(WAIT).unwrap().unwrap();
+    assert_eq!((path.dlid, path.slid), (7, 2));
+    assert_eq!(path.dgid, f.query().rec.dgid);
+    assert_eq!(f.queries_sent(), 1);
+    assert_eq!(query::outstanding(), 0);
+}
+
+#[test]
+fn an_error_status_calls_back_with_einval() {
+    let f = Fixture::new();
+    let _sa = FakeSa::open(Answer::NoRecords);
+    let (_, _, outcomes) = f.start(Timing {
+        per_try: WAIT,
+        retries: 0,
+    });
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(EINVAL));
+}
+
+#[test]
+fn cancel_calls_back_once_with_eintr_and_never_again() {
+    let f = Fixture::new();
+    let (id, handle, outcomes) = f.start(QUICK);
+    query::cancel(id, handle);
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(EINTR));
+    query::cancel(id, handle);
+    // Past the query's own timeout: its timer was cancelled with it.
+    std::thread::sleep(QUICK.per_try * 4);
+    settle();
+    assert!(outcomes.try_recv().is_err(), "one callback only");
+    assert_eq!(f.queries_sent(), 1);
+}
+
+#[test]
+fn cancel_of_a_finished_query_or_with_a_wrong_handle_does_nothing() {
+    let f = Fixture::new();
+    let (id, handle, outcomes) = f.start(QUICK);
+    query::cancel(id, handle + 1);
+    query::cancel(-1, handle);
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(ETIMEDOUT));
+    query::cancel(id, handle);
+    settle();
+    assert!(outcomes.try_recv().is_err());
+}
+
+#[test]
+fn closing_the_device_flushes_its_queries_with_eintr() {
+    let f = Fixture::new();
+    let (_, _, outcomes) = f.start(Timing {
+        per_try: WAIT,
+        retries: 0,
+    });
+    crate::cm::close_device(&f.device).unwrap();
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(EINTR));
+    let again = f.device.start_path_query(
+        1,
+        f.query(),
+        QUICK,
+        Completion::Callback(Box::new(|_| {})),
+        None,
+    );
+    assert_eq!(again.err(), Some(ENODEV));
+}
+
+#[test]
+fn a_waiting_query_gets_the_answer_or_etimedout() {
+    let f = Fixture::new();
+    let port = f.device.ports[0].clone();
+    {
+        let _sa = FakeSa::open(Answer::Record);
+        assert_eq!(f.device.query_path(&port, &f.query()).unwrap().dlid, 7);
+    }
+    let alone = |done| {
+        Ok(query::NewQuery {
+            owner: 1,
+            query: f.query(),
+            send: Arc::new(|_| Ok(())),
+            timing: QUICK,
+            done,
+            client: None,
+        })
+    };
+    assert_eq!(query::wait_for(alone), Err(ETIMEDOUT));
+}
+
+#[test]
+fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
+    let _serial = SA_TESTS.lock();
+    let sends = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let new = |fail_from: u32, done| {
+        let sends = sends.clone();
+        query::NewQuery {
+            owner: 1,
+            query: PathQuery::between([0; 16], [0; 16], 0xffff),
+            send: Arc::new(move |_| {
+                let n = sends.fetch_add(1, Ordering::SeqCst);
+                if n >= fail_from { Err(ENODEV) } else { Ok(()) }
+            }),
+            timing: QUICK,
+            done,
+            client: None,
+        }
+    };
+    let never = Completion::Callback(Box::new(|_| panic!("no callback")));
+    assert_eq!(query::submit(new(0, never)).err(), Some(ENODEV));
+    assert_eq!(query::outstanding(), 0);
+
+    sends.store(0, Ordering::SeqCst);
+    let (tx, outcomes) = channel();
+    let done = Completion::Callback(Box::new(move |outcome| tx.send(outcome).unwrap()));
+    query::submit(new(1, done)).unwrap();
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(crate::errno::EIO));
+    assert_eq!(sends.load(Ordering::SeqCst), 2);
+    settle();
+    assert!(outcomes.try_recv().is_err(), "one callback only");
+}
+
+#[test]
+fn a_roce_port_has_no_sa_eagain_as_without_an_sm() {
+    let _serial = SA_TESTS.lock();
+    let roce = Device::open_loop_as_roce(&loop_name()).unwrap();
+    let done = Completion::Callback(Box::new(|_| panic!("no callback")));
+    let query = PathQuery::between([0; 16], [0; 16], 0xffff);
+    let started = roce.start_path_query(1, query, QUICK, done, None);
+    assert_eq!(started.err(), Some(crate::cm::worker::EAGAIN));
+    assert_eq!(query::outstanding(), 0);
+    roce.close();
+}
+
+#[test]
+fn a_waiter_on_the_worker_resends_by_itself() {
+    let _serial = SA_TESTS.lock();
+    let (tx, outcome) = channel();
+    worker::queue_sa_callback(Box::new(move || {
+        let sends = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = sends.clone();
+        let waited = query::wait_for(|done| {
+            Ok(query::NewQuery {
+                owner: 1,
+                query: PathQuery::between([0; 16], [0; 16], 0xffff),
+                send: Arc::new(move |_| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }),
+                timing: QUICK,
+                done,
+                client: None,
+            })
+        });
+        tx.send((waited, sends.load(Ordering::SeqCst))).unwrap();
+    }));
+    let (waited, sends) = outcome.recv_timeout(WAIT).unwrap();
+    assert_eq!(waited, Err(ETIMEDOUT));
+    assert_eq!(
+        sends, 3,
+        "the first try and 2 retries, with no timer firing"
+    );
+}
+
+#[test]
+fn unregister_waits_for_a_callback_in_progress() {
+    let f = Fixture::new();
+    let storage = [0u64; 4];
+    let addr = &storage as *const [u64; 4] as usize;
+    client::register(addr);
+    let (entered_tx, entered) = channel();
+    let (release, release_rx) = channel::<()>();
+    let returned = Arc::new(AtomicBool::new(false));
+    let flag = returned.clone();
+    let done = Completion::Callback(Box::new(move |_| {
+        entered_tx.send(()).unwrap();
+        release_rx.recv_timeout(WAIT).unwrap();
+        flag.store(true, Ordering::SeqCst);
+    }));
+    let hold = client::hold(addr).unwrap();
+    let (id, handle) = f
+        .device
+        .start_path_query(1, f.query(), QUICK, done, Some(hold))
+        .unwrap();
+    query::cancel(id, handle);
+    entered.recv_timeout(WAIT).unwrap();
+    let unregister = std::thread::spawn(move || {
+        client::unregister(addr);
+        returned.load(Ordering::SeqCst)
+    });
+    // Give a wrong unregister the chance to return early.
+    std::thread::sleep(Duration::from_millis(50));
+    release.send(()).unwrap();
+    assert!(unregister.join().unwrap(), "returned after the callback");
+    assert!(client::hold(addr).is_none(), "unregistered");
+}
