@@ -58,6 +58,10 @@ install: lib
 	install -m 0644 include/rdma/ib_cm.h $(DESTDIR)$(PREFIX)/include/rdma/ib_cm.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ib_cm.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ib_cm.pc
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 0755 $(RELEASE)/ibcmd $(DESTDIR)$(PREFIX)/sbin/ibcmd
+	sed -e 's|@PREFIX@|$(PREFIX)|' systemd/ibcmd.service.in \
+	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/ibcmd.service
 	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 man/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 0644 man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/

@@ -13,6 +13,7 @@ mod device;
 mod event;
 pub(crate) mod fork;
 mod path;
+pub(crate) mod seqpacket;
 pub(crate) mod sys;
 
 use std::ffi::c_void;
