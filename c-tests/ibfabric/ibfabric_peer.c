@@ -20,6 +20,12 @@
  *   ibfabric_peer idle DIR              opens the device, listens on nothing
  *   ibfabric_peer rej DIR               a REQ to the idle peer: REJ
  *
+ * Through ibcmd (IBCM_SWITCH_SOCKET set): no harness steps (the daemon's
+ * process took them); IBFABRIC_SERVICE (hex) is the service ID instead of
+ * SERVICE_ID (mesh: plus I, one per process); client K: the dead peer's
+ * DREQ gets the daemon's stateless DREP; client w: waits for DIR/killed
+ * before its DREQ (a connection that outlives another process's death).
+ *
  * Private data is checked byte for byte up to what umad2sim delivers: it
  * hands a MAD over in a 288-byte buffer with a 64-byte header, so bytes
  * 224..255 of every MAD arrive as zeros (DREQ private data from 188, DREP's
@@ -45,6 +51,12 @@
 #define SIDR_REP_PD_SEED 0x77
 #define SIDR_QPN 0x123456u
 #define SIDR_QKEY 0x11111111u
+
+/* The service ID of this run: IBFABRIC_SERVICE, or SERVICE_ID. */
+static uint64_t service_id(void) {
+  const char *s = getenv("IBFABRIC_SERVICE");
+  return s ? strtoull(s, NULL, 16) : SERVICE_ID;
+}
 
 static size_t delivered(size_t at, size_t len) {
   return at + len <= MAD_DELIVERED ? len : MAD_DELIVERED - at;
@@ -160,7 +172,7 @@ static void set_drep_pattern(void) {
 
 static int server(const char *dir, char who) {
   struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(service_id())), 0);
   set_drep_pattern();
   write_gid(dir);
   const struct cm_ev *req = wait_event_from(0, NULL, IB_CM_REQ_RECEIVED, 20000);
@@ -172,7 +184,8 @@ static int server(const char *dir, char who) {
   struct ib_cm_id *id = req->id;
   const struct cm_ev *rtu = wait_event_from(0, id, IB_CM_RTU_RECEIVED, 20000);
   /* A DREQ may have come right behind the RTU. */
-  CHECK(rtu->state == IB_CM_ESTABLISHED || (who == 'a' && rtu->state == IB_CM_DREQ_RCVD));
+  CHECK(rtu->state == IB_CM_ESTABLISHED ||
+        ((who == 'a' || who == 'w') && rtu->state == IB_CM_DREQ_RCVD));
   if (who == 'k') {
     char name[512];
     snprintf(name, sizeof(name), "%s/server.pid", dir);
@@ -220,6 +233,13 @@ static void disconnect_a_dead_peer(const char *dir, struct ib_cm_id *id) {
     sleep_ms(50);
   }
   CHECK_EQ(ib_send_cm_dreq(id, NULL, 0), 0);
+  if (getenv("IBCM_SWITCH_SOCKET")) {
+    /* The peer's ibcmd answers for the dead process at once. */
+    wait_event_from(0, id, IB_CM_DREP_RECEIVED, 30000);
+    wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 30000);
+    printf("DREP_RECEIVED then TIMEWAIT_EXIT: the dead peer's ibcmd answered\n");
+    return;
+  }
   const struct cm_ev *err = wait_event_from(0, id, IB_CM_DREQ_ERROR, 30000);
   CHECK_EQ(err->state, IB_CM_TIMEWAIT);
   wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 30000);
@@ -227,16 +247,29 @@ static void disconnect_a_dead_peer(const char *dir, struct ib_cm_id *id) {
   printf("DREQ_ERROR then TIMEWAIT_EXIT: the dead peer never answered\n");
 }
 
+/* Waits (30 s at most) for run.sh to touch DIR/NAME. */
+static void wait_file(const char *dir, const char *file) {
+  char name[512];
+  snprintf(name, sizeof(name), "%s/%s", dir, file);
+  for (long long until = now_ms() + 30000; access(name, F_OK) != 0;) {
+    if (now_ms() > until)
+      test_fail(__FILE__, __LINE__, "no %s within 30 s", name);
+    sleep_ms(50);
+  }
+}
+
 static int client(const char *dir, char who) {
   set_drep_pattern();
-  struct ib_cm_id *id = send_req(dir, SERVICE_ID);
+  struct ib_cm_id *id = send_req(dir, service_id());
   const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, 20000);
   check_pd(rep, REP_PD_AT, IB_CM_REP_PRIVATE_DATA_SIZE, REP_PD_SEED);
   if (who != 'b') /* else the peer's DREQ may be here already */
     CHECK_STATE(id, IB_CM_ESTABLISHED);
+  if (who == 'w')
+    wait_file(dir, "killed");
   if (who == 'k')
     disconnect_a_dead_peer(dir, id);
-  else if (who == 'a')
+  else if (who == 'a' || who == 'w')
     disconnect_actively(id);
   else
     disconnect_passively(id);
@@ -333,8 +366,9 @@ static void check_every_pd(unsigned since, enum ib_cm_event_type type, unsigned 
 }
 
 static int mesh(const char *dir, int n, int me, int rounds) {
+  int own = getenv("IBFABRIC_SERVICE") != NULL; /* a service ID per process */
   struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(service_id() + (own ? (uint64_t)me : 0))), 0);
   set_drep_pattern();
   write_gid_as(dir, me);
   long long t0 = now_ms();
@@ -351,6 +385,7 @@ static int mesh(const char *dir, int n, int me, int rounds) {
     struct conn_opts o;
     conn_opts_default(&o);
     o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
+    o.service_id = service_id() + (own ? (uint64_t)j : 0);
     for (int r = 0; r < rounds; r++) {
       struct ib_cm_req_param req;
       req_param_init(&req, &paths[j], &o, next_qpn());
@@ -417,7 +452,8 @@ static union ib_gid gid_of_port(const char *guid) {
 int main(int argc, char **argv) {
   if (argc < 3)
     return 2;
-  ibsim_harness_steps();
+  if (!getenv("IBCM_SWITCH_SOCKET"))
+    ibsim_harness_steps();
   test_init_one();
   int rc = 2;
   if (!strcmp(argv[1], "path")) {
