@@ -246,10 +246,21 @@ impl Switch {
         Ok(())
     }
 
-    /// Stops every device's transport.
+    /// Stops every device's transport and ends every process's connection:
+    /// each sees the daemon gone.
     pub fn close(&self) {
         for (_, d) in self.devices.write().drain() {
             d.transport.close();
+        }
+        let conns: Vec<_> = self
+            .state
+            .lock()
+            .clients
+            .values()
+            .map(|c| c.conn.clone())
+            .collect();
+        for conn in conns {
+            conn.shutdown();
         }
     }
 

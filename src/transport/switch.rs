@@ -32,6 +32,20 @@ pub const DEFAULT_SOCKET: &str = "/run/ib_cm/ibcmd.sock";
 /// How long a call waits for the daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Sockets of in-process switches, by device name (engine tests).
+#[cfg(test)]
+pub static TEST_SOCKETS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+
+/// The socket of the switch serving `device`.
+fn socket_for(device: &str) -> PathBuf {
+    #[cfg(test)]
+    if let Some((_, path)) = TEST_SOCKETS.lock().iter().find(|(d, _)| d == device) {
+        return path.clone();
+    }
+    let _ = device;
+    socket_path()
+}
+
 /// The daemon's socket path.
 pub fn socket_path() -> PathBuf {
     crate::ffi::sys::secure_var_os(c"IBCM_SWITCH_SOCKET")
@@ -50,7 +64,7 @@ pub struct Registered {
 /// daemon runs (then umad is opened directly); the daemon's errno when it
 /// refuses (`-ENODEV`: it does not serve the device).
 pub fn register(device: &str) -> CmResult<Option<Registered>> {
-    let path = socket_path();
+    let path = socket_for(device);
     let conn = match SeqPacket::connect(&path) {
         Ok(conn) => conn,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED)) => {
