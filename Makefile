@@ -65,6 +65,8 @@ install: lib
 	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 man/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 0644 man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/
+	install -d $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 man/man8/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 # The manual pages (man/, man(7) sources, installed as they are): one per
 # exported symbol and none for anything else, prototypes as in the header, and
