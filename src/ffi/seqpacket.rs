@@ -238,19 +238,26 @@ impl SeqPacket {
         Ok(())
     }
 
-    /// Asks for a send buffer of `bytes` (the kernel caps it at wmem_max).
+    /// Asks for a send buffer of `bytes`: beyond the system's `wmem_max` when
+    /// the process may (`SO_SNDBUFFORCE`, CAP_NET_ADMIN: a daemon run as
+    /// root), else up to it. Failure leaves the default.
     pub fn set_send_buffer(&self, bytes: usize) {
         let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `size` is a valid int for the option; failure leaves the default.
-        unsafe {
-            libc::setsockopt(
-                self.0.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+            // SAFETY: `size` is a valid int for the option.
+            let rc = unsafe {
+                libc::setsockopt(
+                    self.0.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    option,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                return;
+            }
+        }
     }
 }
 

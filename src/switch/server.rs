@@ -12,8 +12,10 @@ use crate::ibcm_log;
 use crate::transport::IdSlice;
 
 /// The send buffer asked for each connection: room for a burst of received
-/// MADs while the process's reader catches up.
-const CLIENT_SEND_BUFFER: usize = 4 << 20;
+/// MADs while the process's reader catches up (a MAD takes about 1.3 KiB of
+/// it: some 12,000 MADs; without CAP_NET_ADMIN the system's wmem_max, often
+/// 208 KiB, caps it at about 160).
+const CLIENT_SEND_BUFFER: usize = 16 << 20;
 
 impl Switch {
     /// Accepts connections on `listener` until it fails (closed), each served
