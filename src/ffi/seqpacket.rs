@@ -267,35 +267,36 @@ impl AsRawFd for SeqPacket {
     }
 }
 
-/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads
-/// it starts afterwards), then waits for one of them: how the daemon's main
-/// thread sleeps until it is told to stop. Returns the signal number.
-pub fn wait_for_termination() -> i32 {
-    // SAFETY: a local sigset_t initialised by sigemptyset before use; the
-    // signal numbers are constants.
+/// SIGTERM, SIGINT and SIGHUP: what stops the daemon.
+fn termination_signals() -> libc::sigset_t {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set before sigaddset and the
+    // return read it; the signal numbers are constants.
     unsafe {
-        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigemptyset(set.as_mut_ptr());
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
             libc::sigaddset(set.as_mut_ptr(), sig);
         }
-        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
-        let mut sig = 0;
-        while libc::sigwait(set.as_ptr(), &mut sig) != 0 {}
-        sig
+        set.assume_init()
     }
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so the threads it
 /// starts inherit the mask and [`wait_for_termination`] alone receives them.
 pub fn block_termination_signals() {
-    // SAFETY: as in `wait_for_termination`.
-    unsafe {
-        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(set.as_mut_ptr(), sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
-    }
+    let set = termination_signals();
+    // SAFETY: a valid sigset; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads
+/// it starts afterwards), then waits for one of them: how the daemon's main
+/// thread sleeps until it is told to stop. Returns the signal number.
+pub fn wait_for_termination() -> i32 {
+    block_termination_signals();
+    let set = termination_signals();
+    let mut sig = 0;
+    // SAFETY: a valid sigset and a place for the signal number.
+    while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
+    sig
 }

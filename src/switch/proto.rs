@@ -83,6 +83,33 @@ pub struct DeviceInfo {
     pub ports: Vec<Port>,
 }
 
+impl DeviceInfo {
+    /// What a process learns of a port of the in-process fabric served by an
+    /// in-process switch (tests).
+    #[cfg(test)]
+    pub(crate) fn of_loop(me: crate::transport::loopback::LoopIdentity) -> Self {
+        Self {
+            node_guid: me.node_guid,
+            ack_delay: 15,
+            ports: vec![Port {
+                port_num: 1,
+                lid: me.lid,
+                pkey: 0xffff,
+                pkeys: vec![0xffff],
+                sm_lid: 0,
+                sm_sl: 0,
+                link_layer: LinkLayer::InfiniBand,
+                mtu: 5,
+                gids: vec![GidEntry {
+                    index: 0,
+                    gid: me.gid,
+                    gid_type: GidType::Ib,
+                }],
+            }],
+        }
+    }
+}
+
 /// Why a message was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProtoError {

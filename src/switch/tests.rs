@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use super::proto::{DeviceInfo, ToClient, ToDaemon};
 use super::{SeqPacket, Switch, SwitchConfig, SwitchCounter};
-use crate::cm::device::Port;
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
-use crate::transport::sysfs::{GidEntry, GidType, LinkLayer};
 use crate::transport::{IdSlice, MadAddr, MadTransport, RecvFn};
 use crate::wire::{Drep, Dreq, Mad, Rej, SidrRep, attr, new_mad};
 
@@ -37,25 +35,7 @@ impl Fabric {
         let device = format!("loop{index}");
         switch
             .add_device(&device, |recv| {
-                let info = DeviceInfo {
-                    node_guid: me.node_guid,
-                    ack_delay: 15,
-                    ports: vec![Port {
-                        port_num: 1,
-                        lid: me.lid,
-                        pkey: 0xffff,
-                        pkeys: vec![0xffff],
-                        sm_lid: 0,
-                        sm_sl: 0,
-                        link_layer: LinkLayer::InfiniBand,
-                        mtu: 5,
-                        gids: vec![GidEntry {
-                            index: 0,
-                            gid: me.gid,
-                            gid_type: GidType::Ib,
-                        }],
-                    }],
-                };
+                let info = DeviceInfo::of_loop(me);
                 Ok((
                     info,
                     LoopTransport::open(me, recv)? as Arc<dyn MadTransport>,

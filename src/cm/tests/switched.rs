@@ -11,7 +11,6 @@ use crate::errno::{EBUSY, ENODEV};
 use crate::switch::proto::DeviceInfo;
 use crate::switch::{SeqPacket, Switch, SwitchConfig};
 use crate::transport::switch::TEST_SOCKETS;
-use crate::transport::sysfs::{GidEntry, GidType, LinkLayer};
 
 /// An in-process daemon serving loop device `index`'s port as `ibswN`.
 struct Daemon {
@@ -27,26 +26,7 @@ impl Daemon {
         let switch = Switch::new(SwitchConfig::default());
         switch
             .add_device(&name, |recv| {
-                let port = super::super::device::Port {
-                    port_num: 1,
-                    lid: me.lid,
-                    pkey: 0xffff,
-                    pkeys: vec![0xffff],
-                    sm_lid: 0,
-                    sm_sl: 0,
-                    link_layer: LinkLayer::InfiniBand,
-                    mtu: 5,
-                    gids: vec![GidEntry {
-                        index: 0,
-                        gid: me.gid,
-                        gid_type: GidType::Ib,
-                    }],
-                };
-                let info = DeviceInfo {
-                    node_guid: me.node_guid,
-                    ack_delay: 15,
-                    ports: vec![port],
-                };
+                let info = DeviceInfo::of_loop(me);
                 Ok((
                     info,
                     LoopTransport::open(me, recv)? as Arc<dyn MadTransport>,
