@@ -388,6 +388,12 @@ static int mesh(const char *dir, int n, int me, int rounds) {
     conn_opts_default(&o);
     o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
     o.service_id = service_id() + (own ? (uint64_t)j : 0);
+    if (getenv("IBFABRIC_ROCE")) {
+      /* Nine processes on the VM's one emulated CPU: a REP may wait for its
+       * RTU longer than 5 retries of 1 s. */
+      o.remote_cm_response_timeout = o.local_cm_response_timeout = 20;
+      o.max_cm_retries = 15;
+    }
     for (int r = 0; r < rounds; r++) {
       struct ib_cm_req_param req;
       req_param_init(&req, &paths[j], &o, next_qpn());
