@@ -70,9 +70,15 @@ install: lib
 	install -m 0644 include/rdma/ib_sa.h $(DESTDIR)$(PREFIX)/include/rdma/ib_sa.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ib_cm.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ib_cm.pc
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 0755 $(RELEASE)/ibcmd $(DESTDIR)$(PREFIX)/sbin/ibcmd
+	sed -e 's|@PREFIX@|$(PREFIX)|' systemd/ibcmd.service.in \
+	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/ibcmd.service
 	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 man/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 0644 man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/
+	install -d $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 man/man8/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 # The manual pages (man/, man(7) sources, installed as they are): one per
 # exported symbol and none for anything else, prototypes as in the header, and

@@ -126,6 +126,7 @@ def main() -> int:
     header = HEADER.read_text() + SA_HEADER.read_text()
     man3 = sorted((MAN / "man3").glob("*.3"))
     man7 = sorted((MAN / "man7").glob("*.7"))
+    man8 = sorted((MAN / "man8").glob("*.8"))  # ibcmd(8): linted only
     problems = []
 
     documented = {p.stem for p in man3}
@@ -134,7 +135,7 @@ def main() -> int:
     for s in sorted(documented - symbols):
         problems.append(f"man3/{s}.3: documents {s}, which is not exported")
 
-    for page in [MAN / "page-template.3"] + man3 + man7:
+    for page in [MAN / "page-template.3"] + man3 + man7 + man8:
         target = so_target(page)
         if target:
             if not (MAN / target).is_file():

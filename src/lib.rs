@@ -11,6 +11,7 @@ pub mod ffi;
 pub mod log;
 pub mod pcap;
 pub mod sa;
+pub mod switch;
 pub mod timer;
 pub mod transport;
 pub mod wire;

@@ -33,6 +33,12 @@
  *                                       cancelled gets -EINTR once, one left
  *                                       alone -ETIMEDOUT
  *
+ * Through ibcmd (IBCM_SWITCH_SOCKET set): no harness steps (the daemon's
+ * process took them); IBFABRIC_SERVICE (hex) is the service ID instead of
+ * SERVICE_ID (mesh: plus I, one per process); client K: the dead peer's
+ * DREQ gets the daemon's stateless DREP; client w: waits for DIR/killed
+ * before its DREQ (a connection that outlives another process's death).
+ *
  * Private data is checked byte for byte up to what umad2sim delivers: it
  * hands a MAD over in a 288-byte buffer with a 64-byte header, so bytes
  * 224..255 of every MAD arrive as zeros (DREQ private data from 188, DREP's
@@ -60,6 +66,12 @@
 #define SIDR_REP_PD_SEED 0x77
 #define SIDR_QPN 0x123456u
 #define SIDR_QKEY 0x11111111u
+
+/* The service ID of this run: IBFABRIC_SERVICE, or SERVICE_ID. */
+static uint64_t service_id(void) {
+  const char *s = getenv("IBFABRIC_SERVICE");
+  return s ? strtoull(s, NULL, 16) : SERVICE_ID;
+}
 
 static size_t delivered(size_t at, size_t len) {
   return at + len <= MAD_DELIVERED ? len : MAD_DELIVERED - at;
@@ -149,6 +161,8 @@ static void print_path(const struct sa_path_rec *p) {
  * the SA, LID-routed inside the subnet (no GRH). */
 static void path_to(const union ib_gid *gid, struct sa_path_rec *path) {
   CHECK_EQ(ibcm_init_path(dev_a, 1, gid, path), 0);
+  if (getenv("IBFABRIC_ROCE")) /* the mesh on SoftRoCE (switch_softroce.sh) */
+    return;
   CHECK_EQ(path->rec_type, SA_PATH_REC_TYPE_IB);
   CHECK(path->ib.dlid != 0 && path->ib.slid != 0);
   CHECK_EQ(path->hop_limit, 0);
@@ -184,7 +198,7 @@ static void set_drep_pattern(void) {
 
 static int server(const char *dir, char who) {
   struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(service_id())), 0);
   set_drep_pattern();
   write_gid(dir);
   const struct cm_ev *req = wait_event_from(0, NULL, IB_CM_REQ_RECEIVED, 20000);
@@ -196,7 +210,8 @@ static int server(const char *dir, char who) {
   struct ib_cm_id *id = req->id;
   const struct cm_ev *rtu = wait_event_from(0, id, IB_CM_RTU_RECEIVED, 20000);
   /* A DREQ may have come right behind the RTU. */
-  CHECK(rtu->state == IB_CM_ESTABLISHED || (who == 'a' && rtu->state == IB_CM_DREQ_RCVD));
+  CHECK(rtu->state == IB_CM_ESTABLISHED ||
+        ((who == 'a' || who == 'w') && rtu->state == IB_CM_DREQ_RCVD));
   if (who == 'k') {
     char name[512];
     snprintf(name, sizeof(name), "%s/server.pid", dir);
@@ -247,6 +262,13 @@ static void disconnect_a_dead_peer(const char *dir, struct ib_cm_id *id) {
     sleep_ms(50);
   }
   CHECK_EQ(ib_send_cm_dreq(id, NULL, 0), 0);
+  if (getenv("IBCM_SWITCH_SOCKET")) {
+    /* The peer's ibcmd answers for the dead process at once. */
+    wait_event_from(0, id, IB_CM_DREP_RECEIVED, 30000);
+    wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 30000);
+    printf("DREP_RECEIVED then TIMEWAIT_EXIT: the dead peer's ibcmd answered\n");
+    return;
+  }
   const struct cm_ev *err = wait_event_from(0, id, IB_CM_DREQ_ERROR, 30000);
   CHECK_EQ(err->state, IB_CM_TIMEWAIT);
   wait_event_from(0, id, IB_CM_TIMEWAIT_EXIT, 30000);
@@ -254,16 +276,20 @@ static void disconnect_a_dead_peer(const char *dir, struct ib_cm_id *id) {
   printf("DREQ_ERROR then TIMEWAIT_EXIT: the dead peer never answered\n");
 }
 
+static void wait_files(const char *dir, const char *what, int n);
+
 static int client(const char *dir, char who) {
   set_drep_pattern();
-  struct ib_cm_id *id = send_req(dir, SERVICE_ID);
+  struct ib_cm_id *id = send_req(dir, service_id());
   const struct cm_ev *rep = wait_event_from(0, id, IB_CM_REP_RECEIVED, 20000);
   check_pd(rep, REP_PD_AT, IB_CM_REP_PRIVATE_DATA_SIZE, REP_PD_SEED);
   if (who != 'b') /* else the peer's DREQ may be here already */
     CHECK_STATE(id, IB_CM_ESTABLISHED);
+  if (who == 'w')
+    wait_files(dir, "killed", 0); /* run.sh touches it */
   if (who == 'k')
     disconnect_a_dead_peer(dir, id);
-  else if (who == 'a')
+  else if (who == 'a' || who == 'w')
     disconnect_actively(id);
   else
     disconnect_passively(id);
@@ -415,8 +441,9 @@ static void mesh_paths(const char *dir, int n, int me, struct sa_path_rec *paths
 
 static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
   CHECK(n <= MESH_MAX);
+  int own = getenv("IBFABRIC_SERVICE") != NULL; /* a service ID per process */
   struct ib_cm_id *listener = create_id(dev_a, test_handler, NULL);
-  CHECK_EQ(ib_cm_listen(listener, htobe64(SERVICE_ID)), 0);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(service_id() + (own ? (uint64_t)me : 0))), 0);
   set_drep_pattern();
   write_gid_as(dir, me);
   static struct sa_path_rec paths[MESH_MAX];
@@ -432,6 +459,13 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
     struct conn_opts o;
     conn_opts_default(&o);
     o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
+    o.service_id = service_id() + (own ? (uint64_t)j : 0);
+    if (getenv("IBFABRIC_ROCE")) {
+      /* Nine processes on the VM's one emulated CPU: a REP may wait for its
+       * RTU longer than 5 retries of 1 s. */
+      o.remote_cm_response_timeout = o.local_cm_response_timeout = 20;
+      o.max_cm_retries = 15;
+    }
     for (int r = 0; r < rounds; r++) {
       struct ib_cm_req_param req;
       req_param_init(&req, &paths[j], &o, next_qpn());
@@ -785,7 +819,8 @@ static int sa_cancel(const char *guid) {
 int main(int argc, char **argv) {
   if (argc < 3)
     return 2;
-  ibsim_harness_steps();
+  if (!getenv("IBCM_SWITCH_SOCKET"))
+    ibsim_harness_steps();
   test_init_one();
   int rc = 2;
   if (!strcmp(argv[1], "path")) {

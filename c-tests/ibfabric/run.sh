@@ -7,10 +7,14 @@
 # not come up.
 #
 #   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
+#          |switch-mesh|switch-killed|switch-spoof
 #
 # scale and scale-drops (make ibscale) need the ibsim that
 # scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=32;
 # IBCM_IBSIM32 names another); they skip (77) without it.
+#
+# The switch-* scenarios run $IBCMD (one ibcmd per HCA, with $IBCMD_HARNESS
+# preloaded) and CM processes through it, without the preload.
 set -u
 peer=$1 logroot=$2 scenario=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -140,6 +144,34 @@ dropped_report() {
     echo "ibsim dropped $((all - before)) packets ($before routing failures before the drops were set)"
 }
 
+# ibcmd_on HCA: starts ibcmd for HCA's ibsim0, socket DIR/HCA.sock.
+ibcmd_on() {
+    SIM_HOST=$1 IBCM_LOG=info LD_PRELOAD="$sim_so $IBCMD_HARNESS" \
+        "$IBCMD" --socket "$dir/$1.sock" --timewait 600 ibsim0 >"ibcmd.$1.log" 2>&1 &
+    pids="$! $pids"
+    wait_for "ibcmd.$1.log" 10 "listening on" || { echo "ibcmd on $1 did not start"; cat "ibcmd.$1.log"; exit 1; }
+}
+
+# through HCA ARGS...: runs ARGS through HCA's ibcmd (no preload), bounded.
+through() {
+    hca=$1
+    shift
+    IBCM_DEV_A=ibsim0 IBCM_SWITCH_SOCKET=$dir/$hca.sock timeout 60 "$@"
+}
+
+# counter HCA NAME: the counter NAME of HCA's ibcmd.
+counter() {
+    "$IBCMD" --stats --socket "$dir/$1.sock" | sed -n "s/^$2 //p"
+}
+
+case $scenario in
+switch-*)
+    [ -x "${IBCMD:-}" ] && [ -f "${IBCMD_HARNESS:-}" ] || { echo "SKIP: no ibcmd (IBCMD, IBCMD_HARNESS)"; exit 77; }
+    ibcmd_on Hca1
+    ibcmd_on Hca2
+    ;;
+esac
+
 case $scenario in
 path|sa-async)
     # The same comparison for ibcm_init_path (path) and for the record
@@ -244,6 +276,82 @@ killed)
     crc=$?
     echo "--- client (Hca1, rc $crc)"; cat client.out
     [ $crc = 0 ]
+    ;;
+switch-mesh)
+    # Two processes behind each HCA's ibcmd, all-to-all (also between the
+    # two behind one ibcmd), 2 rounds: 12 connections, DREQ/DREP private
+    # data checked on each; one service ID per process.
+    mesh= n=0
+    for hca in Hca1 Hca1 Hca2 Hca2; do
+        IBFABRIC_SERVICE=0x12350000 through $hca "$peer" mesh "$dir" 4 $n 2 >mesh.$n.out 2>&1 &
+        mesh="$mesh $!"
+        n=$((n + 1))
+    done
+    mesh_ready
+    touch go
+    failed=0
+    for p in $mesh; do wait "$p" || failed=1; done
+    cat mesh.*.out
+    requests=0
+    for hca in Hca1 Hca2; do
+        echo "--- ibcmd on $hca"; "$IBCMD" --stats --socket "$dir/$hca.sock" | tr '\n' ' '; echo
+        [ "$(counter $hca registered)" = 2 ] && [ "$(counter $hca tx_spoofed)" = 0 ] || failed=1
+        requests=$((requests + $(counter $hca rx_to_listener)))
+    done
+    echo "REQs handed to their listener by the two ibcmd: $requests"
+    [ $failed = 0 ] && [ $requests -ge 12 ]
+    ;;
+switch-killed)
+    # Two connections Hca1 -> Hca2, each process behind its HCA's ibcmd.
+    # The passive process of the first is killed (SIGKILL) once
+    # established: its ibcmd answers the active side's DREQ with a stateless
+    # DREP. The second connection is disconnected after the kill, private
+    # data checked. A process started after gets a fresh slice.
+    IBFABRIC_SERVICE=0x12360000 through Hca2 "$peer" server "$dir" k >server.out 2>&1 &
+    mkdir -p "$dir/other"
+    IBFABRIC_SERVICE=0x12370000 through Hca2 "$peer" server "$dir/other" w >other-server.out 2>&1 &
+    other_server=$!
+    IBFABRIC_SERVICE=0x12360000 through Hca1 "$peer" client "$dir" k >client.out 2>&1 &
+    client=$!
+    IBFABRIC_SERVICE=0x12370000 through Hca1 "$peer" client "$dir/other" w >other-client.out 2>&1 &
+    other_client=$!
+    i=0
+    until [ -s "$dir/server.pid" ] && grep -q REP_RECEIVED other-client.out 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "not established"; cat *.out; exit 1; }
+        sleep 0.1
+    done
+    killed=$(cat "$dir/server.pid")
+    kill -9 "$killed"
+    touch "$dir/killed" "$dir/other/killed"
+    wait $client; crc=$?
+    wait $other_client; orc=$?
+    wait $other_server; osrc=$?
+    mkdir -p "$dir/late" && touch "$dir/late/stop"
+    through Hca2 "$peer" idle "$dir/late" >late.out 2>&1
+    lrc=$?
+    for f in client other-server other-client late; do echo "--- $f"; cat $f.out; done
+    for hca in Hca1 Hca2; do
+        echo "--- ibcmd on $hca"; cat ibcmd.$hca.log; "$IBCMD" --stats --socket "$dir/$hca.sock" | tr '\n' ' '; echo
+    done
+    slice_of() { sed -n "s/.*process $1 (.*comm IDs \([0-9a-fx]*\)\.\..*/\1/p" ibcmd.Hca2.log; }
+    late_pid=$(sed -n 's/.*process \([0-9]*\) (.*registered.*/\1/p' ibcmd.Hca2.log | tail -n 1)
+    echo "killed process $killed had slice $(slice_of $killed), the late one ($late_pid) $(slice_of $late_pid)"
+    [ $crc = 0 ] && [ $orc = 0 ] && [ $osrc = 0 ] && [ $lrc = 0 ] || exit 1
+    [ "$(counter Hca2 rx_stateless_drep)" -ge 1 ] || { echo "no stateless DREP counted"; exit 1; }
+    [ -n "$(slice_of $killed)" ] && [ "$(slice_of $killed)" != "$(slice_of $late_pid)" ]
+    ;;
+switch-spoof)
+    # A raw protocol client sends a DREQ with a comm ID outside its slice:
+    # dropped, counted, logged with its pid.
+    command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 not installed"; exit 77; }
+    python3 "$here/switch_spoof.py" "$dir/Hca1.sock" ibsim0 >spoof.out 2>&1 || { cat spoof.out; exit 1; }
+    cat spoof.out
+    spoofer=$(sed -n 's/^pid //p' spoof.out)
+    "$IBCMD" --stats --socket "$dir/Hca1.sock" | tr '\n' ' '; echo
+    [ "$(counter Hca1 tx_spoofed)" = 1 ] && [ "$(counter Hca1 tx_sent)" = 1 ] || exit 1
+    wait_for ibcmd.Hca1.log 10 "dropped a DREQ from process $spoofer " || { cat ibcmd.Hca1.log; exit 1; }
+    grep "dropped a DREQ" ibcmd.Hca1.log
     ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

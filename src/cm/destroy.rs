@@ -125,5 +125,6 @@ fn begin_destroy(id: &Arc<CmIdPriv>) -> bool {
 fn stop_listening(l: &mut Locked) {
     let key = (Arc::as_ptr(&l.id.device) as usize, l.inner.service_id);
     tables().listen.remove(&key);
+    l.id.device.switch_unlisten(l.inner.service_id);
     l.set_state(IB_CM_IDLE, "destroyed");
 }

@@ -18,6 +18,7 @@ use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
+use crate::transport::switch::{Registered, SwitchTransport};
 use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
 use crate::transport::umad::UmadTransport;
 use crate::transport::{MadAddr, MadTransport, RecvFn};
@@ -38,7 +39,7 @@ const ROCE_HOP_LIMIT: u8 = 64;
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// One port of a device.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Port {
     pub port_num: u8,
     pub lid: u16,
@@ -120,10 +121,10 @@ pub struct Device {
 }
 
 /// What a device is made of before its transport opens.
-struct Identity {
-    node_guid: u64,
-    ack_delay: u8,
-    ports: Vec<Port>,
+pub struct Identity {
+    pub node_guid: u64,
+    pub ack_delay: u8,
+    pub ports: Vec<Port>,
 }
 
 impl Device {
@@ -132,36 +133,28 @@ impl Device {
         match LoopIdentity::from_name(name) {
             Some(me) => Self::open_loop(name, me, LinkLayer::InfiniBand, CA_ACK_DELAY),
             None => {
-                let sys = sysfs::read_device(std::path::Path::new(sysfs::SYS_INFINIBAND), name)?;
-                if !sys.ports.iter().any(|p| p.active) {
-                    crate::ibcm_log!(Error, "{name}: no port is ACTIVE");
-                    return Err(ENETDOWN);
+                if let Some(registered) = crate::transport::switch::register(name)? {
+                    return Self::open_switched(name, registered);
                 }
-                let identity = Identity {
-                    node_guid: sys.node_guid,
-                    ack_delay: device_ack_delay(name),
-                    ports: sys
-                        .ports
-                        .iter()
-                        .filter(|p| p.active)
-                        .map(|p| Port {
-                            port_num: p.port_num,
-                            lid: p.lid,
-                            pkey: p.pkey,
-                            pkeys: p.pkeys.clone(),
-                            sm_lid: p.sm_lid,
-                            sm_sl: p.sm_sl,
-                            link_layer: p.link_layer,
-                            mtu: p.mtu,
-                            gids: p.gids.clone(),
-                        })
-                        .collect(),
-                };
+                let (sys, identity) = rdma_identity(name)?;
                 Self::open_with(name, identity, |recv| {
                     Ok(UmadTransport::open(&sys, recv)? as Arc<dyn MadTransport>)
                 })
             }
         }
+    }
+
+    /// An RDMA device whose ports the MAD switch (`ibcmd`) owns: the
+    /// identity is the one it sent.
+    fn open_switched(name: &str, registered: Registered) -> CmResult<Arc<Device>> {
+        let identity = Identity {
+            node_guid: registered.device.node_guid,
+            ack_delay: registered.device.ack_delay,
+            ports: registered.device.ports.clone(),
+        };
+        Self::open_with(name, identity, |recv| {
+            Ok(SwitchTransport::start(name, registered, recv)? as Arc<dyn MadTransport>)
+        })
     }
 
     /// A device of the in-process fabric: one port of `link_layer`.
@@ -371,6 +364,22 @@ impl Device {
         self.transport.as_loop()
     }
 
+    /// The local comm IDs this process may use on the device (the MAD
+    /// switch's slice), or all.
+    pub fn id_slice(&self) -> Option<crate::transport::IdSlice> {
+        self.transport.id_slice()
+    }
+
+    /// Registers a listen with the MAD switch, if the device goes through
+    /// one: the service ID it gave, `-EBUSY` if another process has it.
+    pub fn switch_listen(&self, service_id: u64) -> CmResult<Option<u64>> {
+        self.transport.listen(service_id)
+    }
+
+    pub fn switch_unlisten(&self, service_id: u64) {
+        self.transport.unlisten(service_id);
+    }
+
     pub fn id_count(&self) -> usize {
         self.ids.load(Ordering::Acquire)
     }
@@ -410,6 +419,46 @@ impl Device {
             ..port_path(port, port.gids[0].gid, *dgid)
         })
     }
+}
+
+/// What sysfs and libibverbs tell of RDMA device `name`: `-ENETDOWN` when no
+/// port is ACTIVE.
+fn rdma_identity(name: &str) -> CmResult<(sysfs::SysDevice, Identity)> {
+    let sys = sysfs::read_device(std::path::Path::new(sysfs::SYS_INFINIBAND), name)?;
+    if !sys.ports.iter().any(|p| p.active) {
+        crate::ibcm_log!(Error, "{name}: no port is ACTIVE");
+        return Err(ENETDOWN);
+    }
+    let identity = Identity {
+        node_guid: sys.node_guid,
+        ack_delay: device_ack_delay(name),
+        ports: sys
+            .ports
+            .iter()
+            .filter(|p| p.active)
+            .map(|p| Port {
+                port_num: p.port_num,
+                lid: p.lid,
+                pkey: p.pkey,
+                pkeys: p.pkeys.clone(),
+                sm_lid: p.sm_lid,
+                sm_sl: p.sm_sl,
+                link_layer: p.link_layer,
+                mtu: p.mtu,
+                gids: p.gids.clone(),
+            })
+            .collect(),
+    };
+    Ok((sys, identity))
+}
+
+/// What the MAD switch serves of RDMA device `name`: its node GUID, CA ACK
+/// delay and ACTIVE ports, and the umad transport of those ports, receiving
+/// with `recv`.
+pub fn open_for_switch(name: &str, recv: RecvFn) -> CmResult<(Identity, Arc<dyn MadTransport>)> {
+    let (sys, identity) = rdma_identity(name)?;
+    let transport = UmadTransport::open(&sys, recv)? as Arc<dyn MadTransport>;
+    Ok((identity, transport))
 }
 
 /// The CA ACK delay of RDMA device `name` (`ib_device.attrs.local_ca_ack_delay`

@@ -31,16 +31,24 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
     }
+    // Through the MAD switch, other processes listen on the device too: it
+    // decides (and assigns), before the table lock.
+    let switched = id.device.switch_listen(service_id)?;
     let mut t = tables();
-    let service_id = if service_id == CM_ASSIGN_SERVICE_ID {
-        let assigned = t.listen_service_id;
-        t.listen_service_id += 1;
-        assigned
-    } else {
-        service_id
+    let service_id = match switched {
+        Some(service_id) => service_id,
+        None if service_id == CM_ASSIGN_SERVICE_ID => {
+            let assigned = t.listen_service_id;
+            t.listen_service_id += 1;
+            assigned
+        }
+        None => service_id,
     };
     let key = (Arc::as_ptr(&id.device) as usize, service_id);
     if t.listen.contains_key(&key) {
+        if switched.is_some() {
+            id.device.switch_unlisten(service_id);
+        }
         return Err(EBUSY);
     }
     t.listen.insert(key, id.clone());
@@ -84,6 +92,10 @@ pub fn insert_listen(
         }
         let id = new_id(device.clone(), handler.clone())?;
         id.public.cm_handler.store(handler_key, Ordering::Release);
+        if let Err(e) = device.switch_listen(service_id) {
+            forget_unfinalized(&id);
+            return Err(e);
+        }
         let mut l = id.lock();
         let mut t = tables();
         if t.listen.contains_key(&key) {

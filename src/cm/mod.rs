@@ -81,8 +81,9 @@ fn new_id(device: Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
         if !t.devices.contains_key(&(Arc::as_ptr(&device) as usize)) {
             return Err(EINVAL);
         }
+        let local_id = t.alloc_local_id(device.id_slice()).ok_or(EBUSY)?;
         device.ids.fetch_add(1, Ordering::AcqRel);
-        t.alloc_local_id()
+        local_id
     };
     let inner = CmIdInner {
         local_id,

@@ -12,6 +12,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::device::Device;
 use super::id::CmIdPriv;
+use crate::transport::IdSlice;
 
 /// First service ID handed out for `IB_CM_ASSIGN_SERVICE_ID`.
 const FIRST_ASSIGNED_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
@@ -113,16 +114,23 @@ pub fn addresses(addr: usize) -> MutexGuard<'static, Addresses> {
 
 impl Tables {
     /// A local comm ID not in use: a cyclic counter XOR a per-process random
-    /// value (`cm_alloc_id_priv`). Never 0, which means "unknown" on the wire.
-    pub fn alloc_local_id(&mut self) -> u32 {
-        loop {
+    /// value (`cm_alloc_id_priv`), inside `slice` when the MAD switch gave
+    /// this process one. Never 0, which means "unknown" on the wire; `None`
+    /// when every ID of the slice is taken.
+    pub fn alloc_local_id(&mut self, slice: Option<IdSlice>) -> Option<u32> {
+        let tries = slice.map_or(u64::MAX, |s| u64::from(s.mask()) + 1);
+        for _ in 0..tries {
             let index = self.next_index;
             self.next_index = self.next_index.wrapping_add(1);
-            let local_id = index ^ self.random_id_operand;
+            let mut local_id = index ^ self.random_id_operand;
+            if let Some(s) = slice {
+                local_id = s.base | (local_id & s.mask());
+            }
             if local_id != 0 && !self.local.contains_key(&local_id) {
-                return local_id;
+                return Some(local_id);
             }
         }
+        None
     }
 
     /// Makes `id` findable by its local comm ID and by its C address.

@@ -14,6 +14,7 @@ mod event;
 pub(crate) mod fork;
 mod path;
 mod sa;
+pub(crate) mod seqpacket;
 pub(crate) mod sys;
 
 use std::ffi::c_void;

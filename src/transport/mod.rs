@@ -4,12 +4,14 @@
 //! transport carries whole 256-byte MADs; received ones go to the engine through
 //! a [`RecvFn`].
 pub mod loopback;
+pub mod switch;
 pub mod sysfs;
 pub mod umad;
 
 use std::sync::Arc;
 
 use crate::errno::{CmResult, EOPNOTSUPP};
+
 use crate::wire::Mad;
 
 /// The address of a MAD: the fields of `ib_mad_addr` / an address handle that
@@ -33,6 +35,27 @@ pub struct MadAddr {
 /// the very buffer the sender keeps for retransmission.
 pub type RecvFn = Arc<dyn Fn(u8, MadAddr, Arc<Mad>) + Send + Sync>;
 
+/// The part of the local communication ID space a process may use when
+/// several share a port through the MAD switch (`ibcmd`): the IDs whose top
+/// `32 - bits` bits are those of `base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IdSlice {
+    pub base: u32,
+    pub bits: u8,
+}
+
+impl IdSlice {
+    /// The bits a process chooses freely.
+    pub fn mask(&self) -> u32 {
+        1u32.checked_shl(u32::from(self.bits))
+            .map_or(u32::MAX, |n| n - 1)
+    }
+
+    pub fn contains(&self, local_id: u32) -> bool {
+        local_id & !self.mask() == self.base
+    }
+}
+
 /// One device's way to the wire.
 pub trait MadTransport: Send + Sync {
     /// Sends one MAD from `port_num` to `addr` (QP1, the GSI Q_Key). Never blocks
@@ -49,6 +72,23 @@ pub trait MadTransport: Send + Sync {
     fn drop_next(&self, _attr_id: u16, _count: u32) -> CmResult {
         Err(EOPNOTSUPP)
     }
+
+    /// The local comm IDs this process may use on the device: all of them
+    /// (`None`) unless the MAD switch gave it a slice.
+    fn id_slice(&self) -> Option<IdSlice> {
+        None
+    }
+
+    /// `ib_cm_listen` of `service_id` on the device, where listens are shared
+    /// with other processes (the MAD switch): the service ID listened on
+    /// (the switch assigns `IB_CM_ASSIGN_SERVICE_ID`'s), `-EBUSY` when
+    /// another process holds it. `Ok(None)`: this process alone decides.
+    fn listen(&self, _service_id: u64) -> CmResult<Option<u64>> {
+        Ok(None)
+    }
+
+    /// The listener of `service_id` is gone.
+    fn unlisten(&self, _service_id: u64) {}
 
     /// Stops receiving; called once when the device is closed.
     fn close(&self);

@@ -22,6 +22,7 @@ mod lap;
 mod lifecycle;
 mod logging;
 mod sidr;
+mod switched;
 mod teardown;
 mod xrc;
 
@@ -192,7 +193,7 @@ impl Pair {
         Self::open(super::open_roce_loop_device(&loop_name()).unwrap())
     }
 
-    fn open(b: Arc<Device>) -> Self {
+    pub fn open(b: Arc<Device>) -> Self {
         let a = super::open_device(&loop_name()).unwrap();
         let rec = Arc::new(Recorder::default());
         rec.on(

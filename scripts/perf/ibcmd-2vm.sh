@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# ibcmd-2vm.sh [-c CONNECTIONS] [-r ROUNDS]
+#
+# The rate with and without ibcmd (docs/ibcmd.md) between two hosts: two QEMU
+# VMs, one vCPU each, rxe0 on each NIC (softroce/run-2vm.sh), neither with
+# the kernel CM. ibcm-cmtime --server in B, --client in A, ROUNDS rounds
+# (default 3) of N connections (default 1000), alternating:
+#   direct  both processes open rxe0 through umad
+#   ibcmd   an ibcmd serves rxe0 in each VM; both processes go through it
+# Prints each run's connect and disconnect rates and the median ratio;
+# raw outputs go to build/perf/ibcmd-2vm/.
+USAGE=2,12 OUT_NAME=ibcmd-2vm
+. "$(dirname "$0")/side-by-side-prepare.sh" "$@"
+cp build/stage/sbin/ibcmd "$OUT/bin/ibcmd"
+
+A_CMD="set -u
+bctl() { python3 $ROOT/interop/bctl.py \"\$@\"; }
+bctl ping 60 > /dev/null
+export LD_LIBRARY_PATH=$OUT/lib
+SOCK=/tmp/ibcmd.sock
+rc=0
+run() { # run MODE ROUND
+  if [ \$1 = ibcmd ]; then
+    bctl start d 'exec $OUT/bin/ibcmd --socket /tmp/ibcmd.sock rxe0'
+    $OUT/bin/ibcmd --socket \$SOCK rxe0 > \$SRT_JOB/ibcmd.log 2>&1 &
+    D=\$!
+    sleep 1
+    env=\"IBCM_SWITCH_SOCKET=/tmp/ibcmd.sock\"
+  else
+    env=\"IBCM_SWITCH_SOCKET=/nonexistent.sock\"
+  fi
+  bctl start srv \"env \$env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --server -D rxe0\"
+  bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
+  env \$env $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --no-warmup > \$SRT_JOB/\$1-\$2.txt 2>&1 || rc=1
+  bctl wait -t 120 srv > /dev/null || rc=1
+  if [ \$1 = ibcmd ]; then
+    $OUT/bin/ibcmd --stats --socket \$SOCK | tr '\\n' ' ' >> \$SRT_JOB/\$1-\$2.txt
+    echo >> \$SRT_JOB/\$1-\$2.txt
+    bctl run '$OUT/bin/ibcmd --stats --socket /tmp/ibcmd.sock' | sed -n 's/^B| //p' | tr '\\n' ' ' >> \$SRT_JOB/\$1-\$2.txt
+    kill \$D; wait \$D
+    bctl run 'pkill -x ibcmd' > /dev/null; bctl wait d > /dev/null
+  fi
+  echo \"=== \$1 round \$2\"; grep -E '^(connect|disconnect) |tx_sent|rror' \$SRT_JOB/\$1-\$2.txt
+}
+for r in \$(seq 1 $ROUNDS); do run direct \$r; run ibcmd \$r; done
+bctl quit > /dev/null
+exit \$rc"
+B_CMD="exec python3 $ROOT/interop/agent.py"
+softroce/run-2vm.sh --timeout 1500 "$A_CMD" "$B_CMD" 2> "$OUT/run.err" | sed -n 's/^\[A\] //p' | tee "$OUT/a.txt"
+python3 - "$OUT/a.txt" <<'PY'
+import re, statistics, sys
+rates = {}
+mode = None
+for line in open(sys.argv[1]):
+    m = re.match(r"=== (\w+) round", line)
+    if m:
+        mode = m.group(1)
+    m = re.match(r"(connect|disconnect)\s+\S+\s+(\d+)", line)
+    if m and mode:
+        rates.setdefault((mode, m.group(1)), []).append(int(m.group(2)))
+for phase in ("connect", "disconnect"):
+    d, s = rates.get(("direct", phase), []), rates.get(("ibcmd", phase), [])
+    if d and s:
+        print(f"{phase}: direct {d} conn/s (median {statistics.median(d)}), through ibcmd {s} "
+              f"(median {statistics.median(s)}): {100 * statistics.median(s) / statistics.median(d):.0f} %")
+PY

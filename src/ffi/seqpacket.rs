@@ -1,0 +1,302 @@
+//! Unix `SOCK_SEQPACKET` sockets behind safe functions: the MAD switch
+//! (`ibcmd`) and its clients talk over them. std has no seqpacket socket, so
+//! the few system calls are made here, where the crate's `unsafe` lives.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+/// The credentials of a socket's peer (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One connected (or listening) seqpacket socket: every send is one message,
+/// every receive takes one whole message.
+#[derive(Debug)]
+pub struct SeqPacket(OwnedFd);
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn new_socket() -> io::Result<OwnedFd> {
+    // SAFETY: constant arguments; the result is checked.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `struct sockaddr_un` for `path`; `-ENAMETOOLONG` if it does not fit.
+fn address(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+impl SeqPacket {
+    /// A socket listening on `path` (which must not exist).
+    pub fn listen(path: &Path) -> io::Result<Self> {
+        let fd = new_socket()?;
+        let (addr, len) = address(path)?;
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
+        })?;
+        // SAFETY: a bound socket of ours.
+        check(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+        Ok(Self(fd))
+    }
+
+    /// A connection to the socket at `path`.
+    pub fn connect(path: &Path) -> io::Result<Self> {
+        let fd = new_socket()?;
+        let (addr, len) = address(path)?;
+        loop {
+            // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+            let rc = unsafe {
+                libc::connect(
+                    fd.as_raw_fd(),
+                    (&addr as *const libc::sockaddr_un).cast(),
+                    len,
+                )
+            };
+            match check(rc) {
+                Ok(_) => return Ok(Self(fd)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Two connected sockets (in-process tests of the switch).
+    pub fn pair() -> io::Result<(Self, Self)> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` has room for the two fds; the result is checked.
+        check(unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        })?;
+        // SAFETY: two new fds that nothing else owns.
+        Ok(unsafe {
+            (
+                Self(OwnedFd::from_raw_fd(fds[0])),
+                Self(OwnedFd::from_raw_fd(fds[1])),
+            )
+        })
+    }
+
+    /// The next connection to this listening socket.
+    pub fn accept(&self) -> io::Result<Self> {
+        loop {
+            // SAFETY: no address is asked for (NULL, NULL); the result is checked.
+            let rc = unsafe {
+                libc::accept4(
+                    self.0.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            match check(rc) {
+                // SAFETY: a new fd that nothing else owns.
+                Ok(fd) => return Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) })),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends `msg` as one message, waiting for room unless `wait` is false
+    /// (then a full socket is `WouldBlock`). Never raises SIGPIPE: a closed
+    /// peer is `BrokenPipe`.
+    pub fn send(&self, msg: &[u8], wait: bool) -> io::Result<()> {
+        let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
+        loop {
+            // SAFETY: `msg` is valid for `msg.len()` bytes.
+            let rc =
+                unsafe { libc::send(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len(), flags) };
+            if rc >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Receives one message into `buf`: its length (0: the peer closed). A
+    /// message longer than `buf` is cut; the length says how long it was.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: `buf` is valid for `buf.len()` bytes.
+            let rc = unsafe {
+                libc::recv(
+                    self.0.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_TRUNC,
+                )
+            };
+            if rc >= 0 {
+                return Ok(rc as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Wakes a `recv` in progress on another thread (it returns 0) and ends
+    /// the connection for both sides.
+    pub fn shutdown(&self) {
+        // SAFETY: shutdown of a socket of ours; an error changes nothing.
+        unsafe { libc::shutdown(self.0.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
+    /// The peer's pid, uid and gid as the kernel recorded them at connect.
+    pub fn peer_cred(&self) -> io::Result<PeerCred> {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are valid for the option's size.
+        check(unsafe {
+            libc::getsockopt(
+                self.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(PeerCred {
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
+        })
+    }
+
+    /// Bounds how long a waiting `send` waits (then `WouldBlock`).
+    pub fn set_send_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.set_timeout(libc::SO_SNDTIMEO, Some(timeout))
+    }
+
+    /// Bounds how long `recv` waits (then `WouldBlock`); `None`: for ever.
+    pub fn set_recv_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_timeout(libc::SO_RCVTIMEO, timeout)
+    }
+
+    fn set_timeout(&self, option: libc::c_int, timeout: Option<Duration>) -> io::Result<()> {
+        let timeout = timeout.unwrap_or_default();
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
+        };
+        // SAFETY: `tv` is a valid timeval for the option.
+        check(unsafe {
+            libc::setsockopt(
+                self.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Asks for a send buffer of `bytes`: beyond the system's `wmem_max` when
+    /// the process may (`SO_SNDBUFFORCE`, CAP_NET_ADMIN: a daemon run as
+    /// root), else up to it. Failure leaves the default.
+    pub fn set_send_buffer(&self, bytes: usize) {
+        let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+            // SAFETY: `size` is a valid int for the option.
+            let rc = unsafe {
+                libc::setsockopt(
+                    self.0.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    option,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                return;
+            }
+        }
+    }
+}
+
+impl AsRawFd for SeqPacket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// SIGTERM, SIGINT and SIGHUP: what stops the daemon.
+fn termination_signals() -> libc::sigset_t {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set before sigaddset and the
+    // return read it; the signal numbers are constants.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(set.as_mut_ptr(), sig);
+        }
+        set.assume_init()
+    }
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so the threads it
+/// starts inherit the mask and [`wait_for_termination`] alone receives them.
+pub fn block_termination_signals() {
+    let set = termination_signals();
+    // SAFETY: a valid sigset; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads
+/// it starts afterwards), then waits for one of them: how the daemon's main
+/// thread sleeps until it is told to stop. Returns the signal number.
+pub fn wait_for_termination() -> i32 {
+    block_termination_signals();
+    let set = termination_signals();
+    let mut sig = 0;
+    // SAFETY: a valid sigset and a place for the signal number.
+    while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
+    sig
+}

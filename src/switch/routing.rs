@@ -1,0 +1,683 @@
+//! The routing core of `ibcmd`: which process a received CM MAD is for,
+//! whether a process may send a MAD, and what the daemon answers itself.
+//!
+//! Every registered process (a *client*) owns a slice of the local comm ID
+//! space (`IdSlice`): the top `32 - slice_bits` bits of every local comm ID
+//! it allocates are its slice number. A received REQ or SIDR_REQ goes to the
+//! process listening on its service ID; every other CM MAD to the owner of
+//! the comm ID it is addressed to (its remote comm ID, a SIDR_REP's request
+//! ID). What nobody owns gets the kernel's answer: a stateless DREP for a
+//! DREQ, REJ "invalid service ID" for a REQ, SIDR_REP "unsupported" for a
+//! SIDR_REQ; anything else is dropped and counted. The slice of a process
+//! that went away stays reserved for `timewait` before another gets it, so
+//! a late MAD for one of its connections never reaches a stranger.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::proto::{DeviceInfo, ToClient};
+use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, Errno};
+use crate::ffi::seqpacket::{PeerCred, SeqPacket};
+use crate::ibcm_log;
+use crate::transport::{IdSlice, MadAddr, MadTransport, RecvFn};
+use crate::wire::{Drep, Mad, MsgResponse, Rej, SidrRep, attr, parse_header};
+
+/// `IB_CM_ASSIGN_SERVICE_ID` and the first service ID the daemon assigns.
+const CM_ASSIGN_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
+/// `IB_CM_REJ_INVALID_SERVICE_ID`, `IB_SIDR_UNSUPPORTED`.
+const REJ_INVALID_SERVICE_ID: u16 = 8;
+const SIDR_UNSUPPORTED: u8 = 1;
+/// The SA's management class: path queries of the processes.
+const MGMT_CLASS_SA: u8 = crate::sa::MGMT_CLASS_SA;
+const MGMT_CLASS_CM: u8 = crate::wire::MGMT_CLASS_CM;
+/// How many SA queries in flight the daemon remembers (oldest forgotten).
+const SA_PENDING_MAX: usize = 4096;
+
+/// Offsets in a MAD (header included) of the fields routing reads.
+const LOCAL_COMM_ID: usize = 24;
+const REMOTE_COMM_ID: usize = 28;
+const SERVICE_ID_OF_REQ: usize = 32;
+const SERVICE_ID_OF_SIDR_REP: usize = 36;
+
+/// How the switch is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct SwitchConfig {
+    /// The low bits of a comm ID that a process picks: 20 gives each process
+    /// a million IDs and the host 4095 slices (slice 0 is never handed out).
+    pub slice_bits: u8,
+    /// How long the slice of a process that went away stays reserved.
+    pub timewait: Duration,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        Self {
+            slice_bits: 20,
+            timewait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The daemon's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchCounter {
+    /// Received REQ/SIDR_REQ handed to their listener.
+    RxToListener,
+    /// Received MADs handed to the owner of their comm ID.
+    RxToOwner,
+    /// SA answers handed to the process that asked.
+    RxSaAnswers,
+    /// DREQs for nobody's comm ID, answered with a stateless DREP.
+    RxStatelessDrep,
+    /// REQs for nobody's service ID, answered with REJ.
+    RxStatelessRej,
+    /// SIDR_REQs for nobody's service ID, answered with SIDR_REP.
+    RxStatelessSidrRep,
+    /// Received MADs for nobody, or malformed: dropped.
+    RxDropped,
+    /// Received MADs dropped because their process's socket was full.
+    RxClientBusy,
+    /// MADs of processes sent on.
+    TxSent,
+    /// MADs of processes whose comm ID is not theirs: dropped.
+    TxSpoofed,
+    /// MADs of processes the switch does not send (not CM or SA, no such
+    /// port), or that the port refused.
+    TxRefused,
+    /// Processes registered, and gone.
+    Registered,
+    Gone,
+}
+
+/// Every counter, in the order `--stats` prints them.
+const ALL_COUNTERS: [SwitchCounter; 13] = [
+    SwitchCounter::RxToListener,
+    SwitchCounter::RxToOwner,
+    SwitchCounter::RxSaAnswers,
+    SwitchCounter::RxStatelessDrep,
+    SwitchCounter::RxStatelessRej,
+    SwitchCounter::RxStatelessSidrRep,
+    SwitchCounter::RxDropped,
+    SwitchCounter::RxClientBusy,
+    SwitchCounter::TxSent,
+    SwitchCounter::TxSpoofed,
+    SwitchCounter::TxRefused,
+    SwitchCounter::Registered,
+    SwitchCounter::Gone,
+];
+
+impl SwitchCounter {
+    pub fn name(self) -> &'static str {
+        match self {
+            SwitchCounter::RxToListener => "rx_to_listener",
+            SwitchCounter::RxToOwner => "rx_to_owner",
+            SwitchCounter::RxSaAnswers => "rx_sa_answers",
+            SwitchCounter::RxStatelessDrep => "rx_stateless_drep",
+            SwitchCounter::RxStatelessRej => "rx_stateless_rej",
+            SwitchCounter::RxStatelessSidrRep => "rx_stateless_sidr_rep",
+            SwitchCounter::RxDropped => "rx_dropped",
+            SwitchCounter::RxClientBusy => "rx_client_busy",
+            SwitchCounter::TxSent => "tx_sent",
+            SwitchCounter::TxSpoofed => "tx_spoofed",
+            SwitchCounter::TxRefused => "tx_refused",
+            SwitchCounter::Registered => "registered",
+            SwitchCounter::Gone => "gone",
+        }
+    }
+}
+
+/// A registered process, by the number the switch gave it.
+pub type ClientId = u64;
+
+/// One device the switch serves.
+struct SwitchDevice {
+    info: DeviceInfo,
+    transport: Arc<dyn MadTransport>,
+}
+
+/// One registered process.
+struct Client {
+    device: String,
+    slice: usize,
+    conn: Arc<SeqPacket>,
+    cred: PeerCred,
+}
+
+/// One slot of the comm ID space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slice {
+    Free,
+    Owned(ClientId),
+    /// Its process went away; nobody gets it before then.
+    TimeWait(Instant),
+}
+
+/// A listen of a process.
+struct Listen {
+    client: ClientId,
+    /// 0: every port.
+    port: u8,
+}
+
+struct State {
+    next_client: ClientId,
+    clients: HashMap<ClientId, Client>,
+    slices: Vec<Slice>,
+    next_slice: usize,
+    /// (device, service ID) → its listener.
+    listens: HashMap<(String, u64), Listen>,
+    next_service_id: u64,
+    /// SA query TID (low 32 bits) the daemon sent → (process, its TID).
+    sa_pending: HashMap<u32, (ClientId, u32)>,
+    sa_order: VecDeque<u32>,
+    next_sa_tid: u32,
+}
+
+/// The MAD switch.
+pub struct Switch {
+    config: SwitchConfig,
+    devices: RwLock<HashMap<String, Arc<SwitchDevice>>>,
+    state: Mutex<State>,
+    counters: [AtomicU64; ALL_COUNTERS.len()],
+}
+
+/// What becomes of a received MAD.
+enum Route {
+    To(Arc<SeqPacket>, SwitchCounter),
+    Answer(Box<Mad>, SwitchCounter),
+    Drop,
+    /// Handed on already.
+    Done,
+}
+
+/// Reads the big-endian u32 at `at`.
+fn be32(mad: &Mad, at: usize) -> u32 {
+    u32::from_be_bytes(mad[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn be64(mad: &Mad, at: usize) -> u64 {
+    u64::from_be_bytes(mad[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Switch {
+    pub fn new(config: SwitchConfig) -> Arc<Self> {
+        let slices = 1usize << (32 - u32::from(config.slice_bits.clamp(8, 31)));
+        Arc::new(Self {
+            config,
+            devices: RwLock::new(HashMap::new()),
+            state: Mutex::new(State {
+                next_client: 1,
+                clients: HashMap::new(),
+                slices: vec![Slice::Free; slices],
+                next_slice: 1,
+                listens: HashMap::new(),
+                next_service_id: CM_ASSIGN_SERVICE_ID,
+                sa_pending: HashMap::new(),
+                sa_order: VecDeque::new(),
+                next_sa_tid: 1,
+            }),
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+        })
+    }
+
+    /// Serves `name` through the transport `open` makes (with what the
+    /// processes need to know of the device); its received MADs come back to
+    /// this switch.
+    pub fn add_device(
+        self: &Arc<Self>,
+        name: &str,
+        open: impl FnOnce(RecvFn) -> CmResult<(DeviceInfo, Arc<dyn MadTransport>)>,
+    ) -> CmResult {
+        let me = Arc::downgrade(self);
+        let device = name.to_owned();
+        let recv: RecvFn = Arc::new(move |port, addr, mad| {
+            if let Some(switch) = Weak::upgrade(&me) {
+                switch.inbound(&device, port, addr, &mad);
+            }
+        });
+        let (info, transport) = open(recv)?;
+        self.devices
+            .write()
+            .insert(name.to_owned(), Arc::new(SwitchDevice { info, transport }));
+        Ok(())
+    }
+
+    /// Stops every device's transport and ends every process's connection:
+    /// each sees the daemon gone.
+    pub fn close(&self) {
+        for (_, d) in self.devices.write().drain() {
+            d.transport.close();
+        }
+        let conns: Vec<_> = self
+            .state
+            .lock()
+            .clients
+            .values()
+            .map(|c| c.conn.clone())
+            .collect();
+        for conn in conns {
+            conn.shutdown();
+        }
+    }
+
+    pub fn count(&self, counter: SwitchCounter) {
+        self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn counter(&self, counter: SwitchCounter) -> u64 {
+        self.counters[counter as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        ALL_COUNTERS
+            .iter()
+            .map(|&c| (c.name().to_owned(), self.counter(c)))
+            .collect()
+    }
+
+    fn slice_of(&self, index: usize) -> IdSlice {
+        let bits = self.config.slice_bits.clamp(8, 31);
+        IdSlice {
+            base: (index as u32) << bits,
+            bits,
+        }
+    }
+
+    /// The slice index of `local_id`.
+    fn slice_index(&self, local_id: u32) -> usize {
+        (local_id >> self.config.slice_bits.clamp(8, 31)) as usize
+    }
+
+    /// Registers a process for `device`: its number, its slice and what it
+    /// needs of the device. `-ENODEV` for a device not served, `-EAGAIN`
+    /// while every slice is owned or in timewait.
+    pub fn register(
+        &self,
+        conn: Arc<SeqPacket>,
+        cred: PeerCred,
+        device: &str,
+    ) -> CmResult<(ClientId, IdSlice, DeviceInfo)> {
+        let info = self
+            .devices
+            .read()
+            .get(device)
+            .map(|d| d.info.clone())
+            .ok_or(ENODEV)?;
+        let mut st = self.state.lock();
+        let now = Instant::now();
+        let n = st.slices.len();
+        let start = st.next_slice;
+        let index = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&i| i != 0)
+            .find(|&i| match st.slices[i] {
+                Slice::Free => true,
+                Slice::TimeWait(until) => until <= now,
+                Slice::Owned(_) => false,
+            })
+            .ok_or(EAGAIN)?;
+        let client = st.next_client;
+        st.next_client += 1;
+        st.slices[index] = Slice::Owned(client);
+        st.next_slice = (index + 1) % n;
+        st.clients.insert(
+            client,
+            Client {
+                device: device.to_owned(),
+                slice: index,
+                conn,
+                cred,
+            },
+        );
+        drop(st);
+        self.count(SwitchCounter::Registered);
+        let slice = self.slice_of(index);
+        ibcm_log!(
+            Info,
+            "ibcmd: process {} (uid {}, gid {}) registered for {device}: comm IDs {:#010x}..={:#010x}",
+            cred.pid,
+            cred.uid,
+            cred.gid,
+            slice.base,
+            slice.base | slice.mask()
+        );
+        Ok((client, slice, info))
+    }
+
+    /// The process went away (its socket closed): its listens end at once,
+    /// its slice is answered statelessly and freed after the timewait.
+    pub fn unregister(&self, client: ClientId) {
+        let mut st = self.state.lock();
+        let Some(gone) = st.clients.remove(&client) else {
+            return;
+        };
+        st.slices[gone.slice] = Slice::TimeWait(Instant::now() + self.config.timewait);
+        st.listens.retain(|_, l| l.client != client);
+        st.sa_pending.retain(|_, (c, _)| *c != client);
+        drop(st);
+        self.count(SwitchCounter::Gone);
+        ibcm_log!(
+            Info,
+            "ibcmd: process {} left {}: its comm IDs are answered statelessly for {:?}",
+            gone.cred.pid,
+            gone.device,
+            self.config.timewait
+        );
+    }
+
+    /// `ib_cm_listen` of a process: exact match (`mask` all ones), every port
+    /// (0) or one. `-EBUSY` when any process listens on it already.
+    pub fn listen(&self, client: ClientId, service_id: u64, mask: u64, port: u8) -> CmResult<u64> {
+        if mask != u64::MAX {
+            return Err(EINVAL);
+        }
+        let mut st = self.state.lock();
+        let device = st.clients.get(&client).ok_or(EINVAL)?.device.clone();
+        let service_id = if service_id == CM_ASSIGN_SERVICE_ID {
+            let assigned = st.next_service_id;
+            st.next_service_id += 1;
+            assigned
+        } else {
+            service_id
+        };
+        let key = (device, service_id);
+        if st.listens.contains_key(&key) {
+            return Err(EBUSY);
+        }
+        st.listens.insert(key, Listen { client, port });
+        Ok(service_id)
+    }
+
+    pub fn unlisten(&self, client: ClientId, service_id: u64) {
+        let mut st = self.state.lock();
+        let Some(device) = st.clients.get(&client).map(|c| c.device.clone()) else {
+            return;
+        };
+        let key = (device, service_id);
+        if st.listens.get(&key).is_some_and(|l| l.client == client) {
+            st.listens.remove(&key);
+        }
+    }
+
+    /// A MAD received on `device` `port`.
+    pub fn inbound(&self, device: &str, port: u8, addr: MadAddr, mad: &Mad) {
+        match self.route(device, port, mad) {
+            Route::To(conn, counter) => {
+                let msg = ToClient::Recv {
+                    port,
+                    addr,
+                    mad: Box::new(*mad),
+                };
+                // Never wait for a process: a full socket loses the MAD, as
+                // a full receive queue would; the sender retransmits.
+                match conn.send(&msg.encode(), false) {
+                    Ok(()) => self.count(counter),
+                    Err(_) => self.count(SwitchCounter::RxClientBusy),
+                }
+            }
+            Route::Answer(answer, counter) => {
+                let transport = self.devices.read().get(device).map(|d| d.transport.clone());
+                if let Some(t) = transport {
+                    let _ = t.send(port, &addr, &answer);
+                }
+                self.count(counter);
+            }
+            Route::Drop => self.count(SwitchCounter::RxDropped),
+            Route::Done => {}
+        }
+    }
+
+    fn route(&self, device: &str, port: u8, mad: &Mad) -> Route {
+        if mad[1] == MGMT_CLASS_SA {
+            return self.route_sa_answer(mad);
+        }
+        let Ok((header, _)) = parse_header(mad) else {
+            return Route::Drop;
+        };
+        let st = self.state.lock();
+        let owner = |local_id: u32| {
+            let Slice::Owned(client) = st.slices.get(self.slice_index(local_id))? else {
+                return None;
+            };
+            let c = st.clients.get(client)?;
+            (c.device == device).then(|| Route::To(c.conn.clone(), SwitchCounter::RxToOwner))
+        };
+        match header.attr_id {
+            attr::REQ | attr::SIDR_REQ => {
+                let service_id = be64(mad, SERVICE_ID_OF_REQ);
+                let listener = st
+                    .listens
+                    .get(&(device.to_owned(), service_id))
+                    .filter(|l| l.port == 0 || l.port == port)
+                    .and_then(|l| st.clients.get(&l.client));
+                match listener {
+                    Some(c) => Route::To(c.conn.clone(), SwitchCounter::RxToListener),
+                    None if header.attr_id == attr::REQ => no_listener_rej(mad, header.tid),
+                    None => no_listener_sidr_rep(mad, header.tid, service_id),
+                }
+            }
+            attr::SIDR_REP => owner(be32(mad, LOCAL_COMM_ID)).unwrap_or(Route::Drop),
+            attr::REP | attr::RTU | attr::REJ | attr::MRA | attr::DREP | attr::LAP | attr::APR => {
+                owner(be32(mad, REMOTE_COMM_ID)).unwrap_or(Route::Drop)
+            }
+            attr::DREQ => {
+                owner(be32(mad, REMOTE_COMM_ID)).unwrap_or_else(|| stateless_drep(mad, header.tid))
+            }
+            _ => Route::Drop,
+        }
+    }
+
+    /// An SA answer goes to the process whose query it answers, with that
+    /// process's TID back.
+    fn route_sa_answer(&self, mad: &Mad) -> Route {
+        let tid = be32(mad, 12);
+        let mut st = self.state.lock();
+        let Some((client, their_tid)) = st.sa_pending.remove(&tid) else {
+            return Route::Drop;
+        };
+        let Some(c) = st.clients.get(&client) else {
+            return Route::Drop;
+        };
+        let conn = c.conn.clone();
+        drop(st);
+        let mut answer = *mad;
+        answer[12..16].copy_from_slice(&their_tid.to_be_bytes());
+        let msg = ToClient::Recv {
+            port: 0,
+            addr: MadAddr::default(),
+            mad: Box::new(answer),
+        };
+        match conn.send(&msg.encode(), false) {
+            Ok(()) => self.count(SwitchCounter::RxSaAnswers),
+            Err(_) => self.count(SwitchCounter::RxClientBusy),
+        }
+        Route::Done
+    }
+
+    /// A MAD a process sends from `port` to `addr`: sent when its comm ID is
+    /// the process's own, else dropped, counted and logged with the peer's
+    /// credentials. `-EPERM` for a spoofed one, `-EINVAL` for one the
+    /// switch does not carry.
+    pub fn outbound(&self, client: ClientId, port: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        let mut mad = *mad;
+        let (transport, verdict) = {
+            let mut st = self.state.lock();
+            let Some(c) = st.clients.get(&client) else {
+                return Err(EINVAL);
+            };
+            let device = c.device.clone();
+            let (slice, cred) = (self.slice_of(c.slice), c.cred);
+            let transport = self
+                .devices
+                .read()
+                .get(&device)
+                .map(|d| d.transport.clone());
+            let verdict = match mad[1] {
+                MGMT_CLASS_SA => {
+                    self.track_sa_query(&mut st, client, &mut mad);
+                    Ok(())
+                }
+                MGMT_CLASS_CM => self.may_send(&st, &device, slice, &mad, cred),
+                _ => Err(EINVAL),
+            };
+            (transport, verdict)
+        };
+        if let Err(e) = verdict {
+            self.count(if e == EPERM {
+                SwitchCounter::TxSpoofed
+            } else {
+                SwitchCounter::TxRefused
+            });
+            return Err(e);
+        }
+        let Some(transport) = transport else {
+            self.count(SwitchCounter::TxRefused);
+            return Err(ENODEV);
+        };
+        match transport.send(port, addr, &mad) {
+            Ok(()) => {
+                self.count(SwitchCounter::TxSent);
+                Ok(())
+            }
+            Err(e) => {
+                self.count(SwitchCounter::TxRefused);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether a process of `slice` may send the CM MAD `mad`.
+    fn may_send(
+        &self,
+        st: &State,
+        device: &str,
+        slice: IdSlice,
+        mad: &Mad,
+        cred: PeerCred,
+    ) -> CmResult {
+        let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
+        let local_id = be32(mad, LOCAL_COMM_ID);
+        let allowed = match attr_id {
+            // A stateless REJ of a REQ carries the REQ's remote comm ID: 0.
+            attr::REJ => local_id == 0 || slice.contains(local_id),
+            attr::REQ
+            | attr::REP
+            | attr::RTU
+            | attr::MRA
+            | attr::DREQ
+            | attr::DREP
+            | attr::LAP
+            | attr::APR
+            | attr::SIDR_REQ => slice.contains(local_id),
+            // A SIDR_REP has no comm ID of its sender: the service ID must
+            // be one it listens on.
+            attr::SIDR_REP => st
+                .listens
+                .get(&(device.to_owned(), be64(mad, SERVICE_ID_OF_SIDR_REP)))
+                .and_then(|l| st.clients.get(&l.client))
+                .is_some_and(|c| self.slice_of(c.slice) == slice),
+            _ => return Err(EINVAL),
+        };
+        if allowed {
+            return Ok(());
+        }
+        ibcm_log!(
+            Warn,
+            "ibcmd: dropped a {} from process {} (uid {}, gid {}) on {device}: comm ID {local_id:#010x} \
+             is not in its slice {:#010x}..={:#010x}",
+            attr::name(attr_id),
+            cred.pid,
+            cred.uid,
+            cred.gid,
+            slice.base,
+            slice.base | slice.mask()
+        );
+        Err(EPERM)
+    }
+
+    /// Gives an SA query a TID of the daemon's (the processes' own TIDs
+    /// collide), remembered to route the answer back.
+    fn track_sa_query(&self, st: &mut State, client: ClientId, mad: &mut Mad) {
+        let theirs = be32(mad, 12);
+        let ours = st.next_sa_tid;
+        st.next_sa_tid = st.next_sa_tid.wrapping_add(1).max(1);
+        if st.sa_order.len() >= SA_PENDING_MAX {
+            if let Some(old) = st.sa_order.pop_front() {
+                st.sa_pending.remove(&old);
+            }
+        }
+        st.sa_pending.insert(ours, (client, theirs));
+        st.sa_order.push_back(ours);
+        mad[12..16].copy_from_slice(&ours.to_be_bytes());
+    }
+
+    /// The slice state of `local_id` (tests).
+    #[cfg(test)]
+    pub(super) fn slice_owner(&self, local_id: u32) -> Option<ClientId> {
+        match self.state.lock().slices[self.slice_index(local_id)] {
+            Slice::Owned(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Ends every timewait now (tests of slice reuse).
+    #[cfg(test)]
+    pub(super) fn end_timewaits(&self) {
+        let now = Instant::now();
+        for s in self.state.lock().slices.iter_mut() {
+            if let Slice::TimeWait(until) = s {
+                *until = now;
+            }
+        }
+    }
+
+    /// Whether the switch serves `device`.
+    pub fn has_device(&self, device: &str) -> bool {
+        self.devices.read().contains_key(device)
+    }
+}
+
+const EPERM: Errno = Errno(libc::EPERM);
+const EAGAIN: Errno = Errno(libc::EAGAIN);
+
+/// The kernel's answer to a REQ nobody listens for (`cm_req_handler` →
+/// `cm_issue_rej`): REJ, invalid service ID, with the REQ's comm IDs swapped.
+fn no_listener_rej(mad: &Mad, tid: u64) -> Route {
+    let rej = Rej {
+        remote_comm_id: be32(mad, LOCAL_COMM_ID),
+        local_comm_id: be32(mad, REMOTE_COMM_ID),
+        message_rejected: MsgResponse::Req,
+        reason: REJ_INVALID_SERVICE_ID,
+        ..Rej::default()
+    };
+    Route::Answer(Box::new(rej.encode(tid)), SwitchCounter::RxStatelessRej)
+}
+
+/// The kernel's answer to a SIDR_REQ nobody listens for: SIDR_REP,
+/// unsupported.
+fn no_listener_sidr_rep(mad: &Mad, tid: u64, service_id: u64) -> Route {
+    let rep = SidrRep {
+        request_id: be32(mad, LOCAL_COMM_ID),
+        status: SIDR_UNSUPPORTED,
+        service_id,
+        ..SidrRep::default()
+    };
+    Route::Answer(
+        Box::new(rep.encode(tid, 0)),
+        SwitchCounter::RxStatelessSidrRep,
+    )
+}
+
+/// The kernel's answer to a DREQ for no connection (`cm_issue_drep`).
+fn stateless_drep(mad: &Mad, tid: u64) -> Route {
+    let drep = Drep {
+        local_comm_id: be32(mad, REMOTE_COMM_ID),
+        remote_comm_id: be32(mad, LOCAL_COMM_ID),
+        ..Drep::default()
+    };
+    Route::Answer(Box::new(drep.encode(tid)), SwitchCounter::RxStatelessDrep)
+}

@@ -1,0 +1,295 @@
+//! The MAD switch transport: a device whose ports `ibcmd` owns. Its MADs
+//! cross the daemon's Unix socket (`$IBCM_SWITCH_SOCKET`, by default
+//! `/run/ib_cm/ibcmd.sock`); the daemon gave this process a slice of the
+//! local comm ID space and routes to it what is addressed there, and the
+//! REQs of the service IDs it listens on.
+//!
+//! When no daemon runs (no socket, or nobody behind it) the device is opened
+//! through umad as before. When the daemon goes away, the reader logs it once
+//! and the device behaves like a removed one: sends fail with `-ENODEV`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{IdSlice, MadAddr, MadTransport, RecvFn};
+use crate::errno::{CmResult, EIO, ENODEV, Errno};
+
+const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+use crate::ffi::seqpacket::SeqPacket;
+use crate::ibcm_log;
+use crate::switch::proto::{DeviceInfo, MAX_MESSAGE, ToClient, ToDaemon};
+use crate::wire::Mad;
+
+/// Where the daemon listens unless `IBCM_SWITCH_SOCKET` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/ib_cm/ibcmd.sock";
+/// How long a call waits for the daemon's answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sockets of in-process switches, by device name (engine tests).
+#[cfg(test)]
+pub static TEST_SOCKETS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+
+/// The socket of the switch serving `device`.
+fn socket_for(device: &str) -> PathBuf {
+    #[cfg(test)]
+    if let Some((_, path)) = TEST_SOCKETS.lock().iter().find(|(d, _)| d == device) {
+        return path.clone();
+    }
+    let _ = device;
+    socket_path()
+}
+
+/// The daemon's socket path.
+pub fn socket_path() -> PathBuf {
+    crate::ffi::sys::secure_var_os(c"IBCM_SWITCH_SOCKET")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
+}
+
+/// A registration with the daemon, before its reader starts.
+pub struct Registered {
+    conn: SeqPacket,
+    slice: IdSlice,
+    pub device: DeviceInfo,
+}
+
+/// Registers this process with the daemon for `device`: `Ok(None)` when no
+/// daemon runs (then umad is opened directly); the daemon's errno when it
+/// refuses (`-ENODEV`: it does not serve the device).
+pub fn register(device: &str) -> CmResult<Option<Registered>> {
+    let path = socket_for(device);
+    let conn = match SeqPacket::connect(&path) {
+        Ok(conn) => conn,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED)) => {
+            return Ok(None);
+        }
+        Err(e) => {
+            ibcm_log!(
+                Error,
+                "cannot connect to the CM MAD switch at {}: {e}",
+                path.display()
+            );
+            return Err(Errno(e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+    };
+    let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
+    conn.set_send_timeout(ANSWER_TIMEOUT).map_err(io)?;
+    let hello = ToDaemon::Register {
+        pid: std::process::id(),
+        device: device.to_owned(),
+    };
+    conn.send(&hello.encode(), true).map_err(io)?;
+    let answer = recv_answer(&conn).map_err(io)?;
+    match ToClient::decode(&answer) {
+        Ok(ToClient::Registered {
+            status: 0,
+            slice,
+            device: info,
+        }) => Ok(Some(Registered {
+            conn,
+            slice,
+            device: info,
+        })),
+        Ok(ToClient::Registered { status, .. }) => {
+            let e = Errno(-status);
+            ibcm_log!(
+                Error,
+                "the CM MAD switch at {} refused {device}: {e:?}",
+                path.display()
+            );
+            Err(e)
+        }
+        _ => {
+            ibcm_log!(
+                Error,
+                "the CM MAD switch at {} speaks another protocol version",
+                path.display()
+            );
+            Err(EIO)
+        }
+    }
+}
+
+/// The registration answer, waited for at most [`ANSWER_TIMEOUT`].
+fn recv_answer(conn: &SeqPacket) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    conn.set_recv_timeout(Some(ANSWER_TIMEOUT))?;
+    let n = conn.recv(&mut buf)?;
+    conn.set_recv_timeout(None)?;
+    buf.truncate(n.min(MAX_MESSAGE));
+    Ok(buf)
+}
+
+/// Calls waiting for the daemon's answer, by sequence number.
+type Pending = Mutex<HashMap<u32, SyncSender<(i32, u64)>>>;
+
+/// The transport of one device served by the daemon.
+pub struct SwitchTransport {
+    conn: Arc<SeqPacket>,
+    slice: IdSlice,
+    /// The daemon closed the connection (or died): nothing goes through.
+    dead: Arc<AtomicBool>,
+    pending: Arc<Pending>,
+    next_seq: AtomicU32,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SwitchTransport {
+    /// Starts receiving for `device` with `recv`.
+    pub fn start(device: &str, registered: Registered, recv: RecvFn) -> CmResult<Arc<Self>> {
+        let transport = Arc::new(Self {
+            conn: Arc::new(registered.conn),
+            slice: registered.slice,
+            dead: Arc::new(AtomicBool::new(false)),
+            pending: Arc::default(),
+            next_seq: AtomicU32::new(1),
+            reader: Mutex::new(None),
+        });
+        let reader = Reader {
+            conn: transport.conn.clone(),
+            dead: transport.dead.clone(),
+            pending: Arc::downgrade(&transport.pending),
+            device: device.to_owned(),
+            recv,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("ibcm-switch-{device}"))
+            .spawn(move || {
+                crate::ffi::sys::block_all_signals();
+                reader.run();
+            })
+            .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)))?;
+        *transport.reader.lock() = Some(thread);
+        Ok(transport)
+    }
+
+    fn post(&self, msg: &ToDaemon) -> CmResult {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(ENODEV);
+        }
+        self.conn.send(&msg.encode(), true).map_err(|e| {
+            match e.raw_os_error() {
+                // Full for ANSWER_TIMEOUT: the daemon is stuck; the MAD is lost.
+                Some(libc::EAGAIN) => Errno(libc::ENOBUFS),
+                _ => ENODEV,
+            }
+        })
+    }
+}
+
+/// The reader thread: the daemon's messages, until the connection ends.
+struct Reader {
+    conn: Arc<SeqPacket>,
+    dead: Arc<AtomicBool>,
+    pending: Weak<Pending>,
+    device: String,
+    recv: RecvFn,
+}
+
+impl Reader {
+    fn run(self) {
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        loop {
+            let n = match self.conn.recv(&mut buf) {
+                Ok(n) if n > 0 && n <= buf.len() => n,
+                _ => break,
+            };
+            match ToClient::decode(&buf[..n]) {
+                Ok(ToClient::Recv { port, addr, mad }) => (self.recv)(port, addr, Arc::new(*mad)),
+                Ok(ToClient::Listened {
+                    seq,
+                    status,
+                    service_id,
+                }) => {
+                    if let Some(pending) = self.pending.upgrade() {
+                        if let Some(waiter) = pending.lock().remove(&seq) {
+                            let _ = waiter.try_send((status, service_id));
+                        }
+                    }
+                }
+                _ => {} // nothing this side asked for
+            }
+        }
+        self.daemon_gone();
+    }
+
+    /// The connection ended: by `close`, or because the daemon went away.
+    fn daemon_gone(&self) {
+        let closing = self.dead.swap(true, Ordering::AcqRel);
+        if let Some(pending) = self.pending.upgrade() {
+            pending.lock().clear(); // the waiters see the channel closed
+        }
+        if !closing {
+            ibcm_log!(
+                Error,
+                "{}: the CM MAD switch (ibcmd) went away: its CM MADs fail with -ENODEV from \
+                 now on; destroy its cm_ids and close the device",
+                self.device
+            );
+        }
+    }
+}
+
+impl MadTransport for SwitchTransport {
+    fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        self.post(&ToDaemon::Send {
+            port: port_num,
+            addr: *addr,
+            mad: Box::new(*mad),
+        })
+    }
+
+    fn id_slice(&self) -> Option<IdSlice> {
+        Some(self.slice)
+    }
+
+    fn listen(&self, service_id: u64) -> CmResult<Option<u64>> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = sync_channel(1);
+        self.pending.lock().insert(seq, tx);
+        let sent = self.post(&ToDaemon::Listen {
+            seq,
+            service_id,
+            mask: u64::MAX,
+            port: 0,
+        });
+        let answer = sent.and_then(|()| match rx.recv_timeout(ANSWER_TIMEOUT) {
+            Ok(answer) => Ok(answer),
+            Err(RecvTimeoutError::Timeout) => Err(ETIMEDOUT),
+            Err(RecvTimeoutError::Disconnected) => Err(ENODEV),
+        });
+        self.pending.lock().remove(&seq);
+        match answer? {
+            (0, service_id) => Ok(Some(service_id)),
+            (status, _) => Err(Errno(-status)),
+        }
+    }
+
+    fn unlisten(&self, service_id: u64) {
+        let _ = self.post(&ToDaemon::Unlisten { service_id });
+    }
+
+    fn close(&self) {
+        self.dead.store(true, Ordering::Release);
+        self.conn.shutdown();
+        if let Some(reader) = self.reader.lock().take() {
+            // Never itself: the reader may drop the last device reference.
+            if reader.thread().id() != std::thread::current().id() {
+                let _ = reader.join();
+            }
+        }
+    }
+}
+
+impl Drop for SwitchTransport {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
