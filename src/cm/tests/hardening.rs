@@ -11,7 +11,7 @@ use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
 use crate::cm::counters::attr_index;
 use crate::cm::listen::LISTEN_BACKLOG;
 use crate::cm::tables::tables;
-use crate::cm::worker::queue_event;
+use crate::cm::worker::{process_device_events, queue_checked};
 use crate::cm::{SidrRepParams, SidrReqParams, destroy_id, send_req, send_sidr_rep, send_sidr_req};
 use crate::wire::attr;
 
@@ -37,9 +37,12 @@ impl Gate {
         })
     }
 
-    /// Queues one more blocking event for `id` (which has `handler()`).
+    /// Queues one more blocking event for `id` (which has `handler()`), in
+    /// order with received MADs: a checked event (as `ib_cm_notify`'s) is
+    /// decided and delivered in its place in the queue, where a plain one
+    /// would run before any MAD still queued.
     fn block(&self, id: &Arc<CmIdPriv>) {
-        queue_event(id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+        queue_checked(id, |_| Some(CmEvent::bare(IB_CM_USER_ESTABLISHED)));
     }
 
     fn wait_entered(&self, n: usize) {
@@ -104,17 +107,16 @@ fn new_ids(rec: &Recorder) -> Vec<Arc<CmIdPriv>> {
         .collect()
 }
 
-/// The backlog counts new ids whose request event waits for the worker: REQs
-/// that arrive while a handler blocks it fill it, the one beyond is dropped
-/// and counted; once the events are handled, its retransmission gets in.
+/// The backlog counts new ids whose request event waits to be handled:
+/// REQs that arrive while the user takes no events (B in FD mode, a busy
+/// daemon) fill it, the one beyond is dropped and counted; once the events
+/// are taken, its retransmission gets in. (In worker mode a new id's event
+/// runs before the worker takes another batch of MADs, so a burst never
+/// fills it there.)
 #[test]
 fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
-    let pair = Pair::new();
+    let pair = Pair::with_b_in_fd_mode();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
-    let gate = Arc::new(Gate::default());
-    let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
-    gate.block(&blocker);
-    gate.wait_entered(1);
     let mut params = pair.req_params();
     params.remote_cm_response_timeout = 31; // no retransmission in this test
     let full: Vec<_> = (0..LISTEN_BACKLOG)
@@ -125,27 +127,27 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
             id
         })
         .collect();
-    // One more, queued behind them: their events, queued when the worker
-    // takes their REQs, come after it.
+    wait_until("the backlog is full", || {
+        pair.b.id_count() == 1 + LISTEN_BACKLOG
+    });
     let extra = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
     params.qp_num = 0x20_0000;
     // Retransmitted every second, for 15 s: longer than any wait here.
     params.remote_cm_response_timeout = 18;
     params.max_cm_retries = 15;
     send_req(&extra, &params).unwrap();
-    gate.release(1);
     wait_until("the REQ beyond the backlog is counted", || {
         counters(&pair.b).rx_listen_overflows == 1
     });
     assert_eq!(extra.state(), IB_CM_REQ_SENT);
-    // At least: once the first of them is handled there is room again, and
-    // a slow run (TSan) may let the retransmission in before this looks.
-    wait_until("the backlog's events are handled", || {
-        pair.rec.count(IB_CM_REQ_RECEIVED) >= LISTEN_BACKLOG
-    });
+    assert_eq!(pair.b.id_count(), 1 + LISTEN_BACKLOG);
 
-    // Their events were taken (none answered): the retransmission gets in.
+    // Their events are taken (none answered): the retransmission gets in.
+    let taken = process_device_events(&pair.b, LISTEN_BACKLOG as i32).unwrap();
+    assert_eq!(taken, LISTEN_BACKLOG);
+    assert_eq!(pair.rec.count(IB_CM_REQ_RECEIVED), LISTEN_BACKLOG);
     wait_until("the retransmitted REQ is taken", || {
+        let _ = process_device_events(&pair.b, 1);
         pair.rec.count(IB_CM_REQ_RECEIVED) == LISTEN_BACKLOG + 1
     });
     assert_eq!(counters(&pair.b).rx_listen_overflows, 1);
@@ -159,8 +161,43 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
     for id in new_ids(&pair.rec).iter().chain(&full) {
         destroy_id(id, 0);
     }
-    destroy_id(&blocker, 0);
     pair.finish(&[&extra]);
+}
+
+/// A burst of REQs in worker mode never fills the backlog: each new id's
+/// REQ_RECEIVED runs before the worker takes more MADs, as the kernel's
+/// `cm_req_handler` calls the handler inside the work item that took the
+/// REQ. (Before, 10,000 REQs queued at once made `ibcm-cmtime` connect 487
+/// per second: all but 1,024 overflowed and waited for a retransmission.)
+#[test]
+fn hardening_05b_a_burst_of_requests_in_worker_mode_never_overflows() {
+    let pair = Pair::new();
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
+    let first = Arc::new(Gate::default());
+    let blocker = super::super::create_id(&pair.b, first.handler()).unwrap();
+    first.block(&blocker); // every REQ below is queued before one is taken
+    first.wait_entered(1);
+    let mut params = pair.req_params();
+    params.remote_cm_response_timeout = 31; // no retransmission in this test
+    let n = 2 * LISTEN_BACKLOG;
+    let sent: Vec<_> = (0..n)
+        .map(|i| {
+            let id = super::super::create_id(&pair.a, pair.rec.handler()).unwrap();
+            params.qp_num = 0x30_0000 + i as u32;
+            send_req(&id, &params).unwrap();
+            id
+        })
+        .collect();
+    first.release(1);
+    wait_until("every REQ's event is handled", || {
+        pair.rec.count(IB_CM_REQ_RECEIVED) == n
+    });
+    assert_eq!(counters(&pair.b).rx_listen_overflows, 0);
+    for id in new_ids(&pair.rec).iter().chain(&sent) {
+        destroy_id(id, 0);
+    }
+    destroy_id(&blocker, 0);
+    pair.finish(&[]);
 }
 
 fn counters(device: &Device) -> crate::cm::counters::Snapshot {

@@ -9,7 +9,7 @@ use crate::abi::ib_cm_rej_reason::IB_CM_REJ_INVALID_GID;
 use crate::abi::ib_cm_sidr_status::IB_SIDR_REJECT;
 use crate::cm::counters::attr_index;
 use crate::cm::event::CmEvent;
-use crate::cm::worker::queue_event;
+use crate::cm::worker::{process_device_events, queue_checked};
 use crate::cm::{SidrReqParams, send_req, send_sidr_req};
 use crate::wire::{Rej, Req, SidrRep, SidrReq, attr, parse_header};
 
@@ -242,7 +242,9 @@ impl HeldWorker {
             }),
         )
         .unwrap();
-        queue_event(&id, CmEvent::bare(IB_CM_TIMEWAIT_EXIT));
+        // Checked: in order with received MADs (a plain event would run
+        // before any MAD still queued).
+        queue_checked(&id, |_| Some(CmEvent::bare(IB_CM_TIMEWAIT_EXIT)));
         Self {
             release,
             entered,
@@ -274,7 +276,7 @@ impl Drop for HeldWorker {
 #[test]
 fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
     use crate::cm::listen::LISTEN_BACKLOG;
-    let pair = Pair::new();
+    let pair = Pair::with_b_in_fd_mode();
     pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
     let raw = Raw::open();
     let sidr = |i: u32| SidrReq {
@@ -283,18 +285,13 @@ fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
         service_id: SERVICE_ID,
         ..SidrReq::default()
     };
-    // The backlog counts requests whose event waits: hold the worker while
-    // they arrive, so that all their events come after the extra one.
-    let held = HeldWorker::hold(&pair.b);
+    // The backlog counts requests whose event waits: B in FD mode takes
+    // none until the extra one was answered.
     for i in 0..LISTEN_BACKLOG as u32 {
         raw.send_to(&pair.b, &sidr(i).encode(u64::from(i)));
     }
     let extra = LISTEN_BACKLOG as u32;
     raw.send_to(&pair.b, &sidr(extra).encode(u64::from(extra)));
-    drop(held);
-    wait_until("the backlog's events were delivered", || {
-        pair.rec.count(IB_CM_SIDR_REQ_RECEIVED) == LISTEN_BACKLOG
-    });
     wait_until("the extra SIDR_REQ was handled", || {
         let c = pair.b.counters(1).unwrap().snapshot();
         c.rx_listen_overflows == 1 || raw.received_after(std::time::Duration::ZERO) > 0
@@ -307,6 +304,10 @@ fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
         "dropped silently (rx_listen_overflows {})",
         pair.b.counters(1).unwrap().snapshot().rx_listen_overflows
     );
+    // The backlog's events, taken now: one each, never the extra one's.
+    let taken = process_device_events(&pair.b, LISTEN_BACKLOG as i32 + 1).unwrap();
+    assert_eq!(taken, LISTEN_BACKLOG);
+    assert_eq!(pair.rec.count(IB_CM_SIDR_REQ_RECEIVED), LISTEN_BACKLOG);
     let children: Vec<_> = pair
         .rec
         .seen

@@ -193,6 +193,14 @@ impl Pair {
         Self::open(super::open_roce_loop_device(&loop_name()).unwrap())
     }
 
+    /// Like `new`, with B in FD mode: B's events wait until the test takes
+    /// them (`process_device_events`), as a busy daemon's would.
+    pub fn with_b_in_fd_mode() -> Self {
+        let b = super::open_device(&loop_name()).unwrap();
+        super::set_event_mode(&b, crate::abi::ibcm_event_mode::IBCM_EVENTS_FD).unwrap();
+        Self::open(b)
+    }
+
     pub fn open(b: Arc<Device>) -> Self {
         let a = super::open_device(&loop_name()).unwrap();
         let rec = Arc::new(Recorder::default());
