@@ -495,8 +495,23 @@ impl Device {
         done: Completion,
         client: Option<sa::client::ClientRef>,
     ) -> CmResult<(i32, usize)> {
+        self.start_announced_path_query(port_num, query, timing, done, client, |_, _| {})
+    }
+
+    /// `start_path_query`, telling `announce` the query's id and handle
+    /// before its first send (`query::submit_announced`).
+    pub fn start_announced_path_query(
+        &self,
+        port_num: u8,
+        query: PathQuery,
+        timing: Timing,
+        done: Completion,
+        client: Option<sa::client::ClientRef>,
+        announce: impl FnOnce(i32, usize),
+    ) -> CmResult<(i32, usize)> {
         let port = self.port(port_num)?;
-        query::submit(self.path_query(port, query, timing, done, client)?)
+        let new = self.path_query(port, query, timing, done, client)?;
+        query::submit_announced(new, announce)
     }
 
     /// A query to the SM of `port`, sent on this device.

@@ -135,6 +135,17 @@ static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
 /// Sends a new query and returns its id and handle. A failed first send is
 /// the caller's error, with no completion (as the kernel's `send_mad`).
 pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
+    submit_announced(new, |_, _| {})
+}
+
+/// `submit`, telling `announce` the query's id and handle before its first
+/// send, as the kernel sets `*sa_query` before `send_mad`: the answer (and
+/// the callback) may come before this returns, and a callback that clears
+/// or frees where the caller keeps the handle must find it written already.
+pub fn submit_announced(
+    new: NewQuery,
+    announce: impl FnOnce(i32, usize),
+) -> CmResult<(i32, usize)> {
     let mut table = TABLE.lock();
     let id = table.new_id();
     let mad = Box::new(new.query.encode(id));
@@ -156,11 +167,15 @@ pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
         },
     );
     drop(table);
+    announce(id as i32, token);
     if let Err(e) = (first.1)(&first.0) {
-        // Nobody knows the id yet: the query is still there.
-        let query = TABLE.lock().queries.remove(&id);
-        drop(query);
-        return Err(e);
+        // Still there: the caller's error, with no completion. Gone: a close
+        // (or an answer) took it while it was being sent and its outcome is
+        // on the way, so the call must succeed, or it would complete twice.
+        if let Some(query) = take(id, |_| true) {
+            drop(query);
+            return Err(e);
+        }
     }
     arm_retry(id);
     Ok((id as i32, token))

@@ -338,3 +338,34 @@ fn unregister_waits_for_a_callback_in_progress() {
     assert!(unregister.join().unwrap(), "returned after the callback");
     assert!(client::hold(addr).is_none(), "unregistered");
 }
+
+#[test]
+fn a_device_closing_during_the_first_send_gives_one_outcome_only() {
+    let _serial = SA_TESTS.lock();
+    const OWNER: usize = 0x5a5a;
+    let (tx, outcomes) = channel();
+    let done = Completion::Callback(Box::new(move |outcome| tx.send(outcome).unwrap()));
+    // close_device on another thread runs between the query's insertion and
+    // its first send: the flush completes the query, then the send finds
+    // the device closed.
+    let submitted = query::submit(query::NewQuery {
+        owner: OWNER,
+        query: PathQuery::between([0; 16], [0; 16], 0xffff),
+        send: Arc::new(|_| {
+            query::flush(OWNER);
+            Err(ENODEV)
+        }),
+        timing: QUICK,
+        done,
+        client: None,
+    });
+    settle();
+    let callbacks: Vec<_> = outcomes.try_iter().collect();
+    match submitted {
+        Err(e) => assert!(
+            callbacks.is_empty(),
+            "the call failed with {e:?} and its callback ran too: {callbacks:?}"
+        ),
+        Ok(_) => assert_eq!(callbacks, vec![Err(EINTR)]),
+    }
+}
