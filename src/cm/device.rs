@@ -224,7 +224,7 @@ impl Device {
                     if mad[1] == MGMT_CLASS_SA {
                         // An SA answer: completes its query here; only the
                         // query's callback waits for the worker.
-                        query::deliver(Arc::as_ptr(&device) as usize, &mad);
+                        query::deliver(Arc::as_ptr(&device) as usize, addr.dlid, &mad);
                     } else {
                         worker::queue_recv(device, port, addr, mad);
                     }
@@ -539,6 +539,7 @@ impl Device {
         let (me, port_num) = (self.me.clone(), port.port_num);
         Ok(NewQuery {
             owner: self as *const Device as usize,
+            sa_lid: port.sm_lid,
             query,
             send: Arc::new(move |mad| {
                 me.upgrade()

@@ -86,6 +86,9 @@ pub struct NewQuery {
     /// The device it is sent on (its address): only that device's answers
     /// and close concern it.
     pub owner: usize,
+    /// The LID the query goes to (the SM's): only an answer from there
+    /// completes it, as the MAD layer's `rcv_has_same_gid`.
+    pub sa_lid: u16,
     pub query: pathrec::PathQuery,
     pub send: Sender,
     pub timing: Timing,
@@ -95,6 +98,7 @@ pub struct NewQuery {
 
 struct Query {
     owner: usize,
+    sa_lid: u16,
     mad: Box<Mad>,
     send: Sender,
     per_try: Duration,
@@ -156,6 +160,7 @@ pub fn submit_announced(
         id,
         Query {
             owner: new.owner,
+            sa_lid: new.sa_lid,
             mad,
             send: new.send,
             per_try: new.timing.per_try,
@@ -198,14 +203,16 @@ fn take(id: u32, which: impl FnOnce(&Query) -> bool) -> Option<Query> {
     table.queries.remove(&id)
 }
 
-/// A received SA MAD of device `owner`: a GetResp completes the query of its
-/// TID (the record, or `-EINVAL` for an error status); anything else, a late
-/// or duplicate answer, is dropped.
-pub fn deliver(owner: usize, mad: &Mad) {
+/// A received SA MAD of device `owner`, from LID `from`: a GetResp completes
+/// the query of its TID (the record, or `-EINVAL` for an error status) if it
+/// comes from where the query went; anything else (a late or duplicate
+/// answer, another node's guess of a TID) is dropped.
+pub fn deliver(owner: usize, from: u16, mad: &Mad) {
     if mad[1] != super::MGMT_CLASS_SA || mad[3] != super::METHOD_GET_RESP {
         return;
     }
-    if let Some(query) = take(super::tid_low(mad), |q| q.owner == owner) {
+    let ours = |q: &Query| q.owner == owner && q.sa_lid == from;
+    if let Some(query) = take(super::tid_low(mad), ours) {
         finish(query, pathrec::decode_response(mad));
     }
 }

@@ -222,6 +222,7 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
     let alone = |done| {
         Ok(query::NewQuery {
             owner: 1,
+            sa_lid: 0,
             query: f.query(),
             send: Arc::new(|_| Ok(())),
             timing: QUICK,
@@ -240,6 +241,7 @@ fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
         let sends = sends.clone();
         query::NewQuery {
             owner: 1,
+            sa_lid: 0,
             query: PathQuery::between([0; 16], [0; 16], 0xffff),
             send: Arc::new(move |_| {
                 let n = sends.fetch_add(1, Ordering::SeqCst);
@@ -286,6 +288,7 @@ fn a_waiter_on_the_worker_resends_by_itself() {
         let waited = query::wait_for(|done| {
             Ok(query::NewQuery {
                 owner: 1,
+                sa_lid: 0,
                 query: PathQuery::between([0; 16], [0; 16], 0xffff),
                 send: Arc::new(move |_| {
                     counted.fetch_add(1, Ordering::SeqCst);
@@ -350,6 +353,7 @@ fn a_device_closing_during_the_first_send_gives_one_outcome_only() {
     // the device closed.
     let submitted = query::submit(query::NewQuery {
         owner: OWNER,
+        sa_lid: 0,
         query: PathQuery::between([0; 16], [0; 16], 0xffff),
         send: Arc::new(|_| {
             query::flush(OWNER);
@@ -368,4 +372,36 @@ fn a_device_closing_during_the_first_send_gives_one_outcome_only() {
         ),
         Ok(_) => assert_eq!(callbacks, vec![Err(EINTR)]),
     }
+}
+
+#[test]
+fn an_answer_from_a_lid_that_is_not_the_sms_is_dropped() {
+    let f = Fixture::new();
+    let (id, handle, outcomes) = f.start(Timing {
+        per_try: WAIT,
+        retries: 0,
+    });
+    // Another node of the subnet (not the SM) guesses the TID: ids are
+    // sequential. The kernel's MAD layer matches a response to its request
+    // only if it comes from where the request went (`rcv_has_same_gid`).
+    let liar = LoopTransport::open(
+        LoopIdentity::from_name(&loop_name()).unwrap(),
+        Arc::new(|_, _, _| {}),
+    )
+    .unwrap();
+    let mut lie = f.query().encode(id as u32);
+    lie[3] = 0x81;
+    lie[56 + 40..56 + 42].copy_from_slice(&0x666u16.to_be_bytes());
+    let victim = crate::transport::MadAddr {
+        dgid: f.device.ports[0].gids[0].gid,
+        ..Default::default()
+    };
+    liar.send(1, &victim, &lie).unwrap();
+    liar.close();
+    query::cancel(id, handle);
+    assert_eq!(
+        outcomes.recv_timeout(WAIT).unwrap().map(|p| p.dlid),
+        Err(EINTR),
+        "the liar's record was taken"
+    );
 }
