@@ -11,7 +11,8 @@ use std::ffi::{c_int, c_uint, c_ulong, c_void};
 use super::{guard, path};
 use crate::abi::{ib_device, sa_path_rec};
 use crate::cm::path::{Path, REC_TYPE_IB};
-use crate::errno::{CmResult, EINVAL, EIO};
+use crate::cm::worker::EAGAIN;
+use crate::errno::{CmResult, EINVAL, EIO, ENODEV, Errno};
 use crate::sa::client;
 use crate::sa::pathrec::{PathQuery, QueryExtras};
 use crate::sa::query::{self, Completion, Timing};
@@ -122,14 +123,9 @@ pub unsafe extern "C" fn ib_sa_path_rec_get(
             // this call returns, and clear or free where it is kept.
             // SAFETY: non-NULL and writable by the caller's promise.
             let announce = |_, handle: usize| unsafe { sa_query.write(handle as *mut ib_sa_query) };
-            let (id, _) = device.start_announced_path_query(
-                port_num,
-                query,
-                timing,
-                done,
-                Some(client),
-                announce,
-            )?;
+            let (id, _) = device
+                .start_announced_path_query(port_num, query, timing, done, Some(client), announce)
+                .map_err(documented)?;
             Ok(id)
         };
         start().unwrap_or_else(|e| {
@@ -140,6 +136,17 @@ pub unsafe extern "C" fn ib_sa_path_rec_get(
             e.to_neg()
         })
     })
+}
+
+/// The errno of a query that could not start, among those documented: a
+/// failed first send is `-EIO` whatever the transport said (`-ENETDOWN`,
+/// `-EOPNOTSUPP` without an SA agent, a umad write's errno).
+fn documented(e: Errno) -> Errno {
+    if [EINVAL, EAGAIN, ENODEV].contains(&e) {
+        e
+    } else {
+        EIO
+    }
 }
 
 /// What the C record asks for. Only InfiniBand records: an OPA or RoCE
@@ -356,5 +363,43 @@ mod tests {
             "the callback cleared its handle, then ib_sa_path_rec_get wrote it back: {:?}",
             caller.query
         );
+    }
+
+    #[test]
+    #[ignore = "finding: the callback's record has selectors 'exactly', QoS class 0 and preference 0 whatever the SA answered"]
+    fn the_callbacks_record_has_what_the_sa_answered() {
+        // An SA answer with a preference, a QoS class and selectors of its own.
+        let mut mad = crate::sa::PathQuery::between([0; 16], [0; 16], 0xffff).encode(1);
+        mad[3] = 0x81;
+        let r = &mut mad[56..];
+        r[52] = 0xab; // QoS class 0xabc, SL 5
+        r[53] = 0xc5;
+        r[54] = (1 << 6) | 4; // MTU greater than 2048
+        r[57] = 7; // preference
+        let got = path::to_c(&crate::sa::pathrec::decode_response(&mad).unwrap());
+        assert_eq!(got.sl, 5);
+        assert_eq!((got.mtu_selector, got.mtu), (1, 4), "mtu selector");
+        assert_eq!(u16::from_be(got.qos_class), 0xabc, "qos class");
+        assert_eq!(got.preference, 7, "preference");
+    }
+
+    #[test]
+    fn a_failed_first_send_is_one_of_the_documented_errnos() {
+        let _serial = crate::sa::tests::SA_TESTS.lock();
+        let device = crate::cm::open_device(&crate::cm::tests::loop_name()).unwrap();
+        let dev = std::sync::Arc::as_ptr(&device) as *mut ib_device;
+        let mut client = ib_sa_client { _reserved: [0; 4] };
+        let c: *mut ib_sa_client = &mut client;
+        ib_sa_register_client(c);
+        // The port's link is down as the query leaves.
+        device.as_loop().unwrap().fail_next(0x0035, 1);
+        let mut q = std::ptr::null_mut();
+        CALLS.store(0, Ordering::SeqCst);
+        let rc = get(c, dev, 1, REC_TYPE_IB, Some(record), &mut q);
+        ib_sa_unregister_client(c);
+        crate::cm::close_device(&device).unwrap();
+        let documented = [-libc::EINVAL, -libc::EAGAIN, -libc::ENODEV, -libc::EIO];
+        assert!(documented.contains(&rc), "ib_sa_path_rec_get returned {rc}");
+        assert_eq!(CALLS.load(Ordering::SeqCst), 0);
     }
 }

@@ -405,3 +405,32 @@ fn an_answer_from_a_lid_that_is_not_the_sms_is_dropped() {
         "the liar's record was taken"
     );
 }
+
+#[test]
+fn a_callback_may_start_the_next_query() {
+    let f = Fixture::new();
+    let _sa = FakeSa::open(Answer::Record);
+    let device = f.device.clone();
+    let query = f.query();
+    let (tx, outcomes) = channel();
+    let long = Timing {
+        per_try: WAIT,
+        retries: 0,
+    };
+    let second_tx = tx.clone();
+    let done = Completion::Callback(Box::new(move |first| {
+        tx.send(first).unwrap();
+        let again = Completion::Callback(Box::new(move |o| second_tx.send(o).unwrap()));
+        device
+            .start_path_query(1, query, long, again, None)
+            .unwrap();
+    }));
+    f.device
+        .start_path_query(1, f.query(), long, done, None)
+        .unwrap();
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap().unwrap().dlid, 7);
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap().unwrap().dlid, 7);
+    settle();
+    assert!(outcomes.try_recv().is_err());
+    assert_eq!(query::outstanding(), 0);
+}
