@@ -14,7 +14,7 @@ use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::trace::{self, Dir};
 use super::worker;
 use super::worker::EAGAIN;
-use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV};
+use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, EIO, ENETDOWN, ENODEV, EOPNOTSUPP};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
@@ -477,10 +477,17 @@ impl Device {
     /// Asks the SA of `port`'s subnet for a path and waits for the answer
     /// (`ibcm_init_path`'s 4 tries of 500 ms): `-EAGAIN` while the port knows
     /// no SM, `-ETIMEDOUT` when the SA never answers, `-EINVAL` when it
-    /// answers with an error.
+    /// answers with an error, `-ENODEV` when the device closes (before the
+    /// query, or its flush while it waits), `-EIO` when a send failed.
     pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
         let timing = Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES);
-        query::wait_for(|done| self.path_query(port, *query, timing, done, None))
+        query::wait_for(|done| self.path_query(port, *query, timing, done, None)).map_err(|e| {
+            match e {
+                sa::EINTR => ENODEV,
+                EAGAIN | sa::ETIMEDOUT | EINVAL | ENODEV | EOPNOTSUPP => e,
+                _ => EIO,
+            }
+        })
     }
 
     /// `ib_sa_path_rec_get()`: sends `query` to the SA of port `port_num`

@@ -434,3 +434,19 @@ fn a_callback_may_start_the_next_query() {
     assert!(outcomes.try_recv().is_err());
     assert_eq!(query::outstanding(), 0);
 }
+
+#[test]
+fn init_paths_wait_ends_with_a_documented_errno_when_its_device_closes() {
+    let f = Fixture::new();
+    let port = f.device.ports[0].clone();
+    let (device, query) = (f.device.clone(), f.query());
+    // ibcm_init_path on an InfiniBand port: its thread waits for the SA.
+    let waiter = std::thread::spawn(move || device.query_path(&port, &query));
+    let until = std::time::Instant::now() + WAIT;
+    while query::outstanding() == 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    crate::cm::close_device(&f.device).unwrap();
+    let got = waiter.join().unwrap().map(|p| p.dlid);
+    assert_eq!(got, Err(ENODEV), "ibcm_init_path(3): the device was closed");
+}
