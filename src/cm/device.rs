@@ -14,7 +14,7 @@ use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::trace::{self, Dir};
 use super::worker;
 use super::worker::EAGAIN;
-use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, ENETDOWN, ENODEV};
+use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, EIO, ENETDOWN, ENODEV, EOPNOTSUPP};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
@@ -224,7 +224,7 @@ impl Device {
                     if mad[1] == MGMT_CLASS_SA {
                         // An SA answer: completes its query here; only the
                         // query's callback waits for the worker.
-                        query::deliver(Arc::as_ptr(&device) as usize, &mad);
+                        query::deliver(Arc::as_ptr(&device) as usize, addr.dlid, &mad);
                     } else {
                         worker::queue_recv(device, port, addr, mad);
                     }
@@ -477,10 +477,17 @@ impl Device {
     /// Asks the SA of `port`'s subnet for a path and waits for the answer
     /// (`ibcm_init_path`'s 4 tries of 500 ms): `-EAGAIN` while the port knows
     /// no SM, `-ETIMEDOUT` when the SA never answers, `-EINVAL` when it
-    /// answers with an error.
+    /// answers with an error, `-ENODEV` when the device closes (before the
+    /// query, or its flush while it waits), `-EIO` when a send failed.
     pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
         let timing = Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES);
-        query::wait_for(|done| self.path_query(port, *query, timing, done, None))
+        query::wait_for(|done| self.path_query(port, *query, timing, done, None)).map_err(|e| {
+            match e {
+                sa::EINTR => ENODEV,
+                EAGAIN | sa::ETIMEDOUT | EINVAL | ENODEV | EOPNOTSUPP => e,
+                _ => EIO,
+            }
+        })
     }
 
     /// `ib_sa_path_rec_get()`: sends `query` to the SA of port `port_num`
@@ -495,8 +502,23 @@ impl Device {
         done: Completion,
         client: Option<sa::client::ClientRef>,
     ) -> CmResult<(i32, usize)> {
+        self.start_announced_path_query(port_num, query, timing, done, client, |_, _| {})
+    }
+
+    /// `start_path_query`, telling `announce` the query's id and handle
+    /// before its first send (`query::submit_announced`).
+    pub fn start_announced_path_query(
+        &self,
+        port_num: u8,
+        query: PathQuery,
+        timing: Timing,
+        done: Completion,
+        client: Option<sa::client::ClientRef>,
+        announce: impl FnOnce(i32, usize),
+    ) -> CmResult<(i32, usize)> {
         let port = self.port(port_num)?;
-        query::submit(self.path_query(port, query, timing, done, client)?)
+        let new = self.path_query(port, query, timing, done, client)?;
+        query::submit_announced(new, announce)
     }
 
     /// A query to the SM of `port`, sent on this device.
@@ -524,6 +546,7 @@ impl Device {
         let (me, port_num) = (self.me.clone(), port.port_num);
         Ok(NewQuery {
             owner: self as *const Device as usize,
+            sa_lid: port.sm_lid,
             query,
             send: Arc::new(move |mad| {
                 me.upgrade()

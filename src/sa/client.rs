@@ -45,7 +45,10 @@ pub fn register(addr: usize) {
 /// A hold on the registered client at `addr`, for one query; `None` if it is
 /// not registered.
 pub fn hold(addr: usize) -> Option<ClientRef> {
-    let state = CLIENTS.lock().get(&addr)?.clone();
+    // Counted under the table's lock: an `unregister` that removes the
+    // client meanwhile then sees this query (and waits), or it is refused.
+    let clients = CLIENTS.lock();
+    let state = clients.get(&addr)?.clone();
     *state.users.lock() += 1;
     Some(ClientRef(state))
 }

@@ -86,6 +86,9 @@ pub struct NewQuery {
     /// The device it is sent on (its address): only that device's answers
     /// and close concern it.
     pub owner: usize,
+    /// The LID the query goes to (the SM's): only an answer from there
+    /// completes it, as the MAD layer's `rcv_has_same_gid`.
+    pub sa_lid: u16,
     pub query: pathrec::PathQuery,
     pub send: Sender,
     pub timing: Timing,
@@ -95,6 +98,7 @@ pub struct NewQuery {
 
 struct Query {
     owner: usize,
+    sa_lid: u16,
     mad: Box<Mad>,
     send: Sender,
     per_try: Duration,
@@ -135,6 +139,17 @@ static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
 /// Sends a new query and returns its id and handle. A failed first send is
 /// the caller's error, with no completion (as the kernel's `send_mad`).
 pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
+    submit_announced(new, |_, _| {})
+}
+
+/// `submit`, telling `announce` the query's id and handle before its first
+/// send, as the kernel sets `*sa_query` before `send_mad`: the answer (and
+/// the callback) may come before this returns, and a callback that clears
+/// or frees where the caller keeps the handle must find it written already.
+pub fn submit_announced(
+    new: NewQuery,
+    announce: impl FnOnce(i32, usize),
+) -> CmResult<(i32, usize)> {
     let mut table = TABLE.lock();
     let id = table.new_id();
     let mad = Box::new(new.query.encode(id));
@@ -145,6 +160,7 @@ pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
         id,
         Query {
             owner: new.owner,
+            sa_lid: new.sa_lid,
             mad,
             send: new.send,
             per_try: new.timing.per_try,
@@ -156,11 +172,15 @@ pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
         },
     );
     drop(table);
+    announce(id as i32, token);
     if let Err(e) = (first.1)(&first.0) {
-        // Nobody knows the id yet: the query is still there.
-        let query = TABLE.lock().queries.remove(&id);
-        drop(query);
-        return Err(e);
+        // Still there: the caller's error, with no completion. Gone: a close
+        // (or an answer) took it while it was being sent and its outcome is
+        // on the way, so the call must succeed, or it would complete twice.
+        if let Some(query) = take(id, |_| true) {
+            drop(query);
+            return Err(e);
+        }
     }
     arm_retry(id);
     Ok((id as i32, token))
@@ -183,14 +203,16 @@ fn take(id: u32, which: impl FnOnce(&Query) -> bool) -> Option<Query> {
     table.queries.remove(&id)
 }
 
-/// A received SA MAD of device `owner`: a GetResp completes the query of its
-/// TID (the record, or `-EINVAL` for an error status); anything else, a late
-/// or duplicate answer, is dropped.
-pub fn deliver(owner: usize, mad: &Mad) {
+/// A received SA MAD of device `owner`, from LID `from`: a GetResp completes
+/// the query of its TID (the record, or `-EINVAL` for an error status) if it
+/// comes from where the query went; anything else (a late or duplicate
+/// answer, another node's guess of a TID) is dropped.
+pub fn deliver(owner: usize, from: u16, mad: &Mad) {
     if mad[1] != super::MGMT_CLASS_SA || mad[3] != super::METHOD_GET_RESP {
         return;
     }
-    if let Some(query) = take(super::tid_low(mad), |q| q.owner == owner) {
+    let ours = |q: &Query| q.owner == owner && q.sa_lid == from;
+    if let Some(query) = take(super::tid_low(mad), ours) {
         finish(query, pathrec::decode_response(mad));
     }
 }

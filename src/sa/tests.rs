@@ -222,6 +222,7 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
     let alone = |done| {
         Ok(query::NewQuery {
             owner: 1,
+            sa_lid: 0,
             query: f.query(),
             send: Arc::new(|_| Ok(())),
             timing: QUICK,
@@ -240,6 +241,7 @@ fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
         let sends = sends.clone();
         query::NewQuery {
             owner: 1,
+            sa_lid: 0,
             query: PathQuery::between([0; 16], [0; 16], 0xffff),
             send: Arc::new(move |_| {
                 let n = sends.fetch_add(1, Ordering::SeqCst);
@@ -286,6 +288,7 @@ fn a_waiter_on_the_worker_resends_by_itself() {
         let waited = query::wait_for(|done| {
             Ok(query::NewQuery {
                 owner: 1,
+                sa_lid: 0,
                 query: PathQuery::between([0; 16], [0; 16], 0xffff),
                 send: Arc::new(move |_| {
                     counted.fetch_add(1, Ordering::SeqCst);
@@ -337,4 +340,113 @@ fn unregister_waits_for_a_callback_in_progress() {
     release.send(()).unwrap();
     assert!(unregister.join().unwrap(), "returned after the callback");
     assert!(client::hold(addr).is_none(), "unregistered");
+}
+
+#[test]
+fn a_device_closing_during_the_first_send_gives_one_outcome_only() {
+    let _serial = SA_TESTS.lock();
+    const OWNER: usize = 0x5a5a;
+    let (tx, outcomes) = channel();
+    let done = Completion::Callback(Box::new(move |outcome| tx.send(outcome).unwrap()));
+    // close_device on another thread runs between the query's insertion and
+    // its first send: the flush completes the query, then the send finds
+    // the device closed.
+    let submitted = query::submit(query::NewQuery {
+        owner: OWNER,
+        sa_lid: 0,
+        query: PathQuery::between([0; 16], [0; 16], 0xffff),
+        send: Arc::new(|_| {
+            query::flush(OWNER);
+            Err(ENODEV)
+        }),
+        timing: QUICK,
+        done,
+        client: None,
+    });
+    settle();
+    let callbacks: Vec<_> = outcomes.try_iter().collect();
+    match submitted {
+        Err(e) => assert!(
+            callbacks.is_empty(),
+            "the call failed with {e:?} and its callback ran too: {callbacks:?}"
+        ),
+        Ok(_) => assert_eq!(callbacks, vec![Err(EINTR)]),
+    }
+}
+
+#[test]
+fn an_answer_from_a_lid_that_is_not_the_sms_is_dropped() {
+    let f = Fixture::new();
+    let (id, handle, outcomes) = f.start(Timing {
+        per_try: WAIT,
+        retries: 0,
+    });
+    // Another node of the subnet (not the SM) guesses the TID: ids are
+    // sequential. The kernel's MAD layer matches a response to its request
+    // only if it comes from where the request went (`rcv_has_same_gid`).
+    let liar = LoopTransport::open(
+        LoopIdentity::from_name(&loop_name()).unwrap(),
+        Arc::new(|_, _, _| {}),
+    )
+    .unwrap();
+    let mut lie = f.query().encode(id as u32);
+    lie[3] = 0x81;
+    lie[56 + 40..56 + 42].copy_from_slice(&0x666u16.to_be_bytes());
+    let victim = crate::transport::MadAddr {
+        dgid: f.device.ports[0].gids[0].gid,
+        ..Default::default()
+    };
+    liar.send(1, &victim, &lie).unwrap();
+    liar.close();
+    query::cancel(id, handle);
+    assert_eq!(
+        outcomes.recv_timeout(WAIT).unwrap().map(|p| p.dlid),
+        Err(EINTR),
+        "the liar's record was taken"
+    );
+}
+
+#[test]
+fn a_callback_may_start_the_next_query() {
+    let f = Fixture::new();
+    let _sa = FakeSa::open(Answer::Record);
+    let device = f.device.clone();
+    let query = f.query();
+    let (tx, outcomes) = channel();
+    let long = Timing {
+        per_try: WAIT,
+        retries: 0,
+    };
+    let second_tx = tx.clone();
+    let done = Completion::Callback(Box::new(move |first| {
+        tx.send(first).unwrap();
+        let again = Completion::Callback(Box::new(move |o| second_tx.send(o).unwrap()));
+        device
+            .start_path_query(1, query, long, again, None)
+            .unwrap();
+    }));
+    f.device
+        .start_path_query(1, f.query(), long, done, None)
+        .unwrap();
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap().unwrap().dlid, 7);
+    assert_eq!(outcomes.recv_timeout(WAIT).unwrap().unwrap().dlid, 7);
+    settle();
+    assert!(outcomes.try_recv().is_err());
+    assert_eq!(query::outstanding(), 0);
+}
+
+#[test]
+fn init_paths_wait_ends_with_a_documented_errno_when_its_device_closes() {
+    let f = Fixture::new();
+    let port = f.device.ports[0].clone();
+    let (device, query) = (f.device.clone(), f.query());
+    // ibcm_init_path on an InfiniBand port: its thread waits for the SA.
+    let waiter = std::thread::spawn(move || device.query_path(&port, &query));
+    let until = std::time::Instant::now() + WAIT;
+    while query::outstanding() == 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    crate::cm::close_device(&f.device).unwrap();
+    let got = waiter.join().unwrap().map(|p| p.dlid);
+    assert_eq!(got, Err(ENODEV), "ibcm_init_path(3): the device was closed");
 }

@@ -405,7 +405,7 @@ impl Switch {
 
     /// A MAD received on `device` `port`.
     pub fn inbound(&self, device: &str, port: u8, addr: MadAddr, mad: &Mad) {
-        match self.route(device, port, mad) {
+        match self.route(device, port, addr, mad) {
             Route::To(conn, counter) => {
                 let msg = ToClient::Recv {
                     port,
@@ -431,9 +431,9 @@ impl Switch {
         }
     }
 
-    fn route(&self, device: &str, port: u8, mad: &Mad) -> Route {
+    fn route(&self, device: &str, port: u8, addr: MadAddr, mad: &Mad) -> Route {
         if mad[1] == MGMT_CLASS_SA {
-            return self.route_sa_answer(mad);
+            return self.route_sa_answer(addr, mad);
         }
         let Ok((header, _)) = parse_header(mad) else {
             return Route::Drop;
@@ -472,8 +472,9 @@ impl Switch {
     }
 
     /// An SA answer goes to the process whose query it answers, with that
-    /// process's TID back.
-    fn route_sa_answer(&self, mad: &Mad) -> Route {
+    /// process's TID back and the address it came from (the process takes
+    /// an answer from the SM's LID only).
+    fn route_sa_answer(&self, addr: MadAddr, mad: &Mad) -> Route {
         let tid = be32(mad, 12);
         let mut st = self.state.lock();
         let Some((client, their_tid)) = st.sa_pending.remove(&tid) else {
@@ -488,7 +489,7 @@ impl Switch {
         answer[12..16].copy_from_slice(&their_tid.to_be_bytes());
         let msg = ToClient::Recv {
             port: 0,
-            addr: MadAddr::default(),
+            addr,
             mad: Box::new(answer),
         };
         match conn.send(&msg.encode(), false) {

@@ -393,3 +393,29 @@ fn unknown_devices_and_messages_before_registration_are_refused() {
     c.backlog.clear();
     assert!(f.remote_got_nothing());
 }
+
+#[test]
+fn an_sa_answer_reaches_the_process_with_the_address_it_came_from() {
+    let f = Fabric::new(3060, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    // The remote host plays the SA: the process takes an answer from the
+    // SM's LID only, so it must learn where the answer came from.
+    let mut query = new_mad(0x0035, 0x1234, 0);
+    query[1] = crate::sa::MGMT_CLASS_SA;
+    query[3] = 0x01;
+    a.send_mad(&query, &remote_addr(&f));
+    let mut answer = f.remote_got();
+    assert_eq!(answer[1], crate::sa::MGMT_CLASS_SA);
+    answer[3] = 0x81;
+    f.remote_sends(&answer);
+    let (addr, mad) = a.wait_for(|m| match m {
+        ToClient::Recv { addr, mad, .. } => Some((*addr, **mad)),
+        _ => None,
+    });
+    assert_eq!(
+        mad[12..16],
+        0x1234u32.to_be_bytes(),
+        "the process's own TID"
+    );
+    assert_eq!(addr.dlid, remote_addr(&f).dlid);
+}
