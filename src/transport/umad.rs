@@ -4,9 +4,10 @@
 //! library runs without it until a real device is opened; the dozen functions
 //! used are declared here by hand. Each active port gets a file descriptor on
 //! `/dev/infiniband/umadN`, an agent registered for the CM class (0x07,
-//! version 2, method Send) and a reader thread. The kernel retries nothing
+//! version 2, method Send) and a reader thread. The kernel retries no CM MAD
 //! (timeout 0, retries 0): retransmission is the engine's, since umad cannot
-//! cancel a send.
+//! cancel a send. SA queries get a MAD-layer timeout so that their answers
+//! are matched to them (see `SA_SEND_TIMEOUT_MS`).
 //!
 //! For a long-running daemon: the fds are close-on-exec; a reader sleeps in
 //! poll() on its fd and an eventfd that `close` writes (no periodic wake-up)
@@ -31,6 +32,13 @@ use crate::wire::{MAD_SIZE, Mad};
 /// The CM's GSI Q_Key and QP.
 const QP1_QKEY: u32 = 0x8001_0000;
 const GSI_QPN: u32 = 1;
+
+/// How long the MAD layer keeps an SA query on its agent's wait list for the
+/// answer (the engine's own tries are shorter: a late answer to an earlier
+/// try still matches, by TID). It expires as a send completion with a
+/// timeout status, which the reader drops.
+const SA_SEND_TIMEOUT_MS: c_int = 10_000;
+
 const MGMT_CLASS_CM: u8 = 0x07;
 const CM_CLASS_VERSION: u8 = 2;
 const METHOD_SEND: u32 = 0x03;
@@ -649,15 +657,25 @@ impl MadTransport for UmadTransport {
             },
             data: *mad,
         };
-        // SAFETY: `buf` is a complete ib_user_mad with one MAD; no retries, so
-        // the kernel keeps no reference after the call.
+        // An SA query waits in the MAD layer for its answer: the kernel hands
+        // a response MAD only to a send still on its agent's wait list
+        // (`ib_find_send_mad`: a send with a timeout), and drops any other
+        // non-RMPP response, which a single-record GetResp is. CM MADs are
+        // Sends: no answer to match, so no timeout (the engine retransmits).
+        let timeout_ms = if mad[1] == crate::sa::MGMT_CLASS_SA {
+            SA_SEND_TIMEOUT_MS
+        } else {
+            0
+        };
+        // SAFETY: `buf` is a complete ib_user_mad with one MAD; write(2)
+        // copies it, so the kernel keeps no reference after the call.
         let rc = unsafe {
             (port.lib.send)(
                 port.fd,
                 buf.agent_id as c_int,
                 (&mut buf as *mut UserMad).cast(),
                 MAD_SIZE as c_int,
-                0,
+                timeout_ms,
                 0,
             )
         };
