@@ -12,7 +12,7 @@
 //! that went away stays reserved for `timewait` before another gets it, so
 //! a late MAD for one of its connections never reaches a stranger.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -28,6 +28,8 @@ use crate::wire::{Drep, Mad, MsgResponse, Rej, SidrRep, attr, parse_header};
 
 /// `IB_CM_ASSIGN_SERVICE_ID` and the first service ID the daemon assigns.
 const CM_ASSIGN_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
+/// `IB_SERVICE_ID_AGN_MASK`: the bits that say "assigned by the CM".
+const SERVICE_ID_AGN_MASK: u64 = 0xff00_0000_0000_0000;
 /// `IB_CM_REJ_INVALID_SERVICE_ID`, `IB_SIDR_UNSUPPORTED`.
 const REJ_INVALID_SERVICE_ID: u16 = 8;
 const SIDR_UNSUPPORTED: u8 = 1;
@@ -145,6 +147,48 @@ struct Client {
     slice: usize,
     conn: Arc<SeqPacket>,
     cred: PeerCred,
+    /// The REQs routed to it that it has not answered yet.
+    reqs: ReqsReceived,
+    /// It sent a MAD carrying one of its comm IDs: a peer may know one, so
+    /// its slice needs the timewait when it goes.
+    used: bool,
+}
+
+/// The REQs (their senders' comm IDs) a process got and has neither
+/// answered with a REP nor rejected; the oldest forgotten beyond a bound.
+#[derive(Default)]
+struct ReqsReceived {
+    ids: HashSet<u32>,
+    order: VecDeque<u32>,
+}
+
+impl ReqsReceived {
+    /// More REQ_RCVD ids than any process keeps: a bound on the daemon's
+    /// memory when a process never answers (or answers, as `order` keeps
+    /// the answered ones until they reach its front).
+    const MAX: usize = 1 << 16;
+
+    fn insert(&mut self, remote_id: u32) {
+        if !self.ids.insert(remote_id) {
+            return; // a retransmission
+        }
+        self.order.push_back(remote_id);
+        while self.order.len() > Self::MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, remote_id: u32) -> bool {
+        self.ids.contains(&remote_id)
+    }
+
+    /// Leaves its place in `order` (dropped when it comes to the front):
+    /// no scan of the queue under the daemon's lock for every REP.
+    fn remove(&mut self, remote_id: u32) {
+        self.ids.remove(&remote_id);
+    }
 }
 
 /// One slot of the comm ID space.
@@ -188,6 +232,8 @@ pub struct Switch {
 /// What becomes of a received MAD.
 enum Route {
     To(Arc<SeqPacket>, SwitchCounter),
+    /// To each of these processes (a REJ TIMEOUT for no comm ID).
+    ToAll(Vec<Arc<SeqPacket>>),
     Answer(Box<Mad>, SwitchCounter),
     Drop,
     /// Handed on already.
@@ -331,6 +377,8 @@ impl Switch {
                 slice: index,
                 conn,
                 cred,
+                used: false,
+                reqs: ReqsReceived::default(),
             },
         );
         drop(st);
@@ -355,7 +403,14 @@ impl Switch {
         let Some(gone) = st.clients.remove(&client) else {
             return;
         };
-        st.slices[gone.slice] = Slice::TimeWait(Instant::now() + self.config.timewait);
+        // A slice no peer ever saw a comm ID of is free at once: else one
+        // process registering and leaving in a loop would keep every slice
+        // in timewait, and every other process out, without any connection.
+        st.slices[gone.slice] = if gone.used {
+            Slice::TimeWait(Instant::now() + self.config.timewait)
+        } else {
+            Slice::Free
+        };
         st.listens.retain(|_, l| l.client != client);
         st.sa_pending.retain(|_, (c, _)| *c != client);
         drop(st);
@@ -373,6 +428,13 @@ impl Switch {
     /// (0) or one. `-EBUSY` when any process listens on it already.
     pub fn listen(&self, client: ClientId, service_id: u64, mask: u64, port: u8) -> CmResult<u64> {
         if mask != u64::MAX {
+            return Err(EINVAL);
+        }
+        // The kernel's cm_init_listen: the assigned range is the CM's alone,
+        // else a process could take the IDs others are about to be given.
+        if service_id & SERVICE_ID_AGN_MASK == CM_ASSIGN_SERVICE_ID
+            && service_id != CM_ASSIGN_SERVICE_ID
+        {
             return Err(EINVAL);
         }
         let mut st = self.state.lock();
@@ -419,6 +481,20 @@ impl Switch {
                     Err(_) => self.count(SwitchCounter::RxClientBusy),
                 }
             }
+            Route::ToAll(conns) => {
+                let msg = ToClient::Recv {
+                    port,
+                    addr,
+                    mad: Box::new(*mad),
+                }
+                .encode();
+                for conn in conns {
+                    match conn.send(&msg, false) {
+                        Ok(()) => self.count(SwitchCounter::RxToOwner),
+                        Err(_) => self.count(SwitchCounter::RxClientBusy),
+                    }
+                }
+            }
             Route::Answer(answer, counter) => {
                 let transport = self.devices.read().get(device).map(|d| d.transport.clone());
                 if let Some(t) = transport {
@@ -438,7 +514,10 @@ impl Switch {
         let Ok((header, _)) = parse_header(mad) else {
             return Route::Drop;
         };
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        if header.attr_id == attr::REQ {
+            self.remember_req(&mut st, device, port, mad);
+        }
         let owner = |local_id: u32| {
             let Slice::Owned(client) = st.slices.get(self.slice_index(local_id))? else {
                 return None;
@@ -461,6 +540,18 @@ impl Switch {
                 }
             }
             attr::SIDR_REP => owner(be32(mad, LOCAL_COMM_ID)).unwrap_or(Route::Drop),
+            // The REJ TIMEOUT of an active side destroyed in REQ_SENT names
+            // no comm ID of ours (it never learnt it): the kernel finds the
+            // id by the ARI's node GUID and the sender's comm ID
+            // (cm_acquire_rejected_id). Only the engines know those: every
+            // process of the device gets it, the others drop it.
+            attr::REJ if is_rej_timeout_for_nobody(mad) => Route::ToAll(
+                st.clients
+                    .values()
+                    .filter(|c| c.device == device)
+                    .map(|c| c.conn.clone())
+                    .collect(),
+            ),
             attr::REP | attr::RTU | attr::REJ | attr::MRA | attr::DREP | attr::LAP | attr::APR => {
                 owner(be32(mad, REMOTE_COMM_ID)).unwrap_or(Route::Drop)
             }
@@ -468,6 +559,23 @@ impl Switch {
                 owner(be32(mad, REMOTE_COMM_ID)).unwrap_or_else(|| stateless_drep(mad, header.tid))
             }
             _ => Route::Drop,
+        }
+    }
+
+    /// A REQ its listener will get: the one REQ that process may answer
+    /// with a REJ of comm ID 0 (from REQ_RCVD, or stateless).
+    fn remember_req(&self, st: &mut State, device: &str, port: u8, mad: &Mad) {
+        let service_id = be64(mad, SERVICE_ID_OF_REQ);
+        let Some(client) = st
+            .listens
+            .get(&(device.to_owned(), service_id))
+            .filter(|l| l.port == 0 || l.port == port)
+            .map(|l| l.client)
+        else {
+            return;
+        };
+        if let Some(c) = st.clients.get_mut(&client) {
+            c.reqs.insert(be32(mad, LOCAL_COMM_ID));
         }
     }
 
@@ -510,20 +618,35 @@ impl Switch {
                 return Err(EINVAL);
             };
             let device = c.device.clone();
-            let (slice, cred) = (self.slice_of(c.slice), c.cred);
+            let (slice, cred, reqs) = (self.slice_of(c.slice), c.cred, &c.reqs);
             let transport = self
                 .devices
                 .read()
                 .get(&device)
                 .map(|d| d.transport.clone());
             let verdict = match mad[1] {
-                MGMT_CLASS_SA => {
+                // Path queries only: SubnAdmSet/Delete (a multicast leave, a
+                // service record removed) would give every process the SA
+                // access of the port, which needs umad access without ibcmd.
+                MGMT_CLASS_SA if is_path_query(&mad) => {
                     self.track_sa_query(&mut st, client, &mut mad);
                     Ok(())
                 }
-                MGMT_CLASS_CM => self.may_send(&st, &device, slice, &mad, cred),
+                MGMT_CLASS_CM => self.may_send(&st, &device, slice, &mad, cred, reqs),
                 _ => Err(EINVAL),
             };
+            if verdict.is_ok() && mad[1] == MGMT_CLASS_CM {
+                if let Some(c) = st.clients.get_mut(&client) {
+                    c.used |= slice.contains(be32(&mad, LOCAL_COMM_ID));
+                    // Its REP or REJ ends REQ_RCVD: no REJ of comm ID 0 after.
+                    if matches!(
+                        u16::from_be_bytes([mad[16], mad[17]]),
+                        attr::REP | attr::REJ
+                    ) {
+                        c.reqs.remove(be32(&mad, REMOTE_COMM_ID));
+                    }
+                }
+            }
             (transport, verdict)
         };
         if let Err(e) = verdict {
@@ -558,12 +681,16 @@ impl Switch {
         slice: IdSlice,
         mad: &Mad,
         cred: PeerCred,
+        reqs: &ReqsReceived,
     ) -> CmResult {
         let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
         let local_id = be32(mad, LOCAL_COMM_ID);
         let allowed = match attr_id {
-            // A stateless REJ of a REQ carries the REQ's remote comm ID: 0.
-            attr::REJ => local_id == 0 || slice.contains(local_id),
+            // A REJ of a REQ from REQ_RCVD (or stateless) carries 0: only
+            // for a REQ this process got, else it could reject any host's
+            // REQ_SENT id (cm_acquire_id(remote comm ID, 0) matches it).
+            attr::REJ if local_id == 0 => reqs.contains(be32(mad, REMOTE_COMM_ID)),
+            attr::REJ => slice.contains(local_id),
             attr::REQ
             | attr::REP
             | attr::RTU
@@ -642,7 +769,23 @@ impl Switch {
 }
 
 const EPERM: Errno = Errno(libc::EPERM);
+
+/// SubnAdmGet or SubnAdmGetTable of PathRecord: what the library's SA
+/// client sends (`ib_sa_path_rec_get`).
+fn is_path_query(mad: &Mad) -> bool {
+    const METHOD_GET: u8 = 0x01;
+    const METHOD_GET_TABLE: u8 = 0x12;
+    const ATTR_PATH_RECORD: u16 = 0x0035;
+    matches!(mad[3], METHOD_GET | METHOD_GET_TABLE)
+        && u16::from_be_bytes([mad[16], mad[17]]) == ATTR_PATH_RECORD
+}
 const EAGAIN: Errno = Errno(libc::EAGAIN);
+
+/// A REJ, reason timeout, with remote comm ID 0.
+fn is_rej_timeout_for_nobody(mad: &Mad) -> bool {
+    let timeout = crate::abi::ib_cm_rej_reason::IB_CM_REJ_TIMEOUT as u16;
+    Rej::decode(mad).is_ok_and(|rej| rej.remote_comm_id == 0 && rej.reason == timeout)
+}
 
 /// The kernel's answer to a REQ nobody listens for (`cm_req_handler` →
 /// `cm_issue_rej`): REJ, invalid service ID, with the REQ's comm IDs swapped.

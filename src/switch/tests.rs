@@ -364,7 +364,10 @@ fn a_slice_is_handed_out_again_only_after_its_timewait() {
         timewait: Duration::from_secs(3600),
     };
     let f = Fabric::new(3040, config);
-    let (a, slice_a) = f.client();
+    let (mut a, slice_a) = f.client();
+    // A peer learns one of its comm IDs (a slice nobody saw is free at once).
+    a.send_mad(&dreq(slice_a.base | 1, 0x10), &remote_addr(&f));
+    a.sync();
     let c = Client::connect(&f.switch);
     assert_eq!(
         c.register(&f.device),
@@ -392,4 +395,194 @@ fn unknown_devices_and_messages_before_registration_are_refused() {
     assert_eq!(c.conn.recv(&mut buf).unwrap(), 0);
     c.backlog.clear();
     assert!(f.remote_got_nothing());
+}
+
+// ---- Hostile review (branch hostile-ibcmd): each test below failed on main
+// 45947c7; see the report for the defect and the fix.
+
+/// Registers and leaves at once, `n` times: what a hostile process in the
+/// socket's group can do in a second.
+fn churn_registrations(f: &Fabric, n: usize) {
+    for _ in 0..n {
+        let c = Client::connect(&f.switch);
+        if c.register(&f.device).is_err() {
+            return;
+        }
+        drop(c);
+    }
+}
+
+#[test]
+fn hostile_registration_churn_does_not_lock_every_process_out() {
+    let f = Fabric::new(3100, SwitchConfig::default());
+    churn_registrations(&f, 4095);
+    wait_counter(&f.switch, SwitchCounter::Gone, 4095);
+    let victim = Client::connect(&f.switch);
+    assert!(
+        victim.register(&f.device).is_ok(),
+        "one process that registered and left 4095 times locks every other \
+         process out of the CM for the whole timewait"
+    );
+}
+
+#[test]
+fn hostile_explicit_listen_in_the_assigned_range_is_refused() {
+    let f = Fabric::new(3110, SwitchConfig::default());
+    let (mut attacker, _) = f.client();
+    let (mut victim, _) = f.client();
+    let first = attacker.listen(ASSIGN).unwrap();
+    // The kernel refuses these (cm_init_listen: -EINVAL); the engine too,
+    // but a raw client talks to the daemon directly.
+    let squatted = attacker.listen(first + 1);
+    assert_eq!(
+        victim.listen(ASSIGN).map(|s| s != first),
+        Ok(true),
+        "IB_CM_ASSIGN_SERVICE_ID failed for the victim"
+    );
+    assert_eq!(
+        squatted,
+        Err(-libc::EINVAL),
+        "explicit listen in the assigned range"
+    );
+}
+
+#[test]
+fn hostile_rej_timeout_reaches_the_process_that_got_the_req() {
+    let f = Fabric::new(3120, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    assert_eq!(a.listen(0x1000), Ok(0x1000));
+    let guid: u64 = 0x0002_c903_0000_1234;
+    let mut request = req(0x77, 0x1000);
+    request[40..48].copy_from_slice(&guid.to_be_bytes());
+    f.remote_sends(&request);
+    assert_eq!(attr_of(&a.got()), attr::REQ);
+    // The active side is destroyed in REQ_SENT: cm_destroy_id sends REJ
+    // TIMEOUT with its node GUID in the ARI and remote comm ID 0 (it never
+    // learnt ours); cm_acquire_rejected_id finds us by (GUID, its comm ID).
+    let mut ari = [0u8; 72];
+    ari[..8].copy_from_slice(&guid.to_be_bytes());
+    let rej = Rej {
+        local_comm_id: 0x77,
+        remote_comm_id: 0,
+        message_rejected: crate::wire::MsgResponse::Other,
+        rejected_info_length: 8,
+        reason: crate::abi::ib_cm_rej_reason::IB_CM_REJ_TIMEOUT as u16,
+        ari,
+        ..Rej::default()
+    };
+    f.remote_sends(&rej.encode(7));
+    // Only the engines can tell whose it is: B gets it too (and drops it).
+    assert_eq!(attr_of(&b.got()), attr::REJ);
+    assert_eq!(
+        f.switch.counter(SwitchCounter::RxDropped),
+        0,
+        "the REJ TIMEOUT for A's REQ_RCVD id was dropped"
+    );
+    assert_eq!(attr_of(&a.got()), attr::REJ);
+}
+
+#[test]
+fn hostile_rej_with_comm_id_0_only_answers_a_req_the_process_got() {
+    let f = Fabric::new(3130, SwitchConfig::default());
+    let (mut attacker, _) = f.client();
+    // The REQ it got, it may reject from REQ_RCVD (local comm ID 0).
+    assert_eq!(attacker.listen(0x1000), Ok(0x1000));
+    f.remote_sends(&req(0x55, 0x1000));
+    assert_eq!(attr_of(&attacker.got()), attr::REQ);
+    let mine = Rej {
+        local_comm_id: 0,
+        remote_comm_id: 0x55,
+        message_rejected: crate::wire::MsgResponse::Req,
+        reason: 28,
+        ..Rej::default()
+    };
+    attacker.send_mad(&mine.encode(1), &remote_addr(&f));
+    attacker.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::REJ);
+    // A REJ "of a REQ" (local comm ID 0, as from REQ_RCVD) naming a comm ID
+    // of the remote host's that never sent this process a REQ: it kills
+    // that host's REQ_SENT id (cm_acquire_id(remote, 0) matches any remote).
+    let rej = Rej {
+        local_comm_id: 0,
+        remote_comm_id: 0x1234_5678,
+        message_rejected: crate::wire::MsgResponse::Req,
+        reason: 28, // IB_CM_REJ_CONSUMER_DEFINED
+        ..Rej::default()
+    };
+    attacker.send_mad(&rej.encode(1), &remote_addr(&f));
+    attacker.sync();
+    assert!(
+        f.remote_got_nothing(),
+        "a spoofed REJ with comm ID 0 went on the wire"
+    );
+    assert_eq!(f.switch.counter(SwitchCounter::TxSpoofed), 1);
+}
+
+#[test]
+fn hostile_sa_mads_other_than_path_queries_are_refused() {
+    let f = Fabric::new(3140, SwitchConfig::default());
+    let (mut attacker, _) = f.client();
+    // SubnAdmDelete(MCMemberRecord): leaves a multicast group (IPoIB's
+    // broadcast group) for the whole port; needs umad access without ibcmd.
+    let mut mad = [0u8; crate::wire::MAD_SIZE];
+    mad[0] = 1;
+    mad[1] = crate::sa::MGMT_CLASS_SA;
+    mad[2] = 2;
+    mad[3] = 0x15; // SubnAdmDelete
+    mad[16..18].copy_from_slice(&0x0038u16.to_be_bytes()); // MCMemberRecord
+    attacker.send_mad(&mad, &remote_addr(&f));
+    attacker.sync();
+    assert!(
+        f.remote_got_nothing(),
+        "an SA Delete of a process went on the wire"
+    );
+    assert_eq!(f.switch.counter(SwitchCounter::TxRefused), 1);
+}
+
+#[test]
+fn hostile_open_device_does_not_hang_when_the_daemon_does_not_accept() {
+    // A daemon that does not accept: stopped, or out of file descriptors
+    // (ibcmd keeps the systemd default of 1024 and accepts any number of
+    // connections that never register, one thread each). Its backlog fills.
+    let dir = std::env::temp_dir().join(format!("ibcmd-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = SeqPacket::listen(&path).unwrap();
+    let filled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (path, filled) = (path.clone(), filled.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            // Blocks once the backlog is full, until the listener closes.
+            while let Ok(conn) = SeqPacket::connect(&path) {
+                held.push(conn);
+                filled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+    }
+    for _ in 0..1000 {
+        if filled.load(std::sync::atomic::Ordering::SeqCst) >= 129 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    crate::transport::switch::TEST_SOCKETS
+        .lock()
+        .push(("hostile0".into(), path.clone()));
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(crate::transport::switch::register("hostile0").map(|r| r.is_some()));
+    });
+    let outcome = rx.recv_timeout(Duration::from_secs(30));
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        outcome.ok(),
+        Some(Err(crate::errno::Errno(libc::EAGAIN))),
+        "ibcm_open_device still blocked in connect() after 30 s (its answer \
+         timeout is 10 s); {} connections were queued",
+        filled.load(std::sync::atomic::Ordering::SeqCst)
+    );
 }

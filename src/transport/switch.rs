@@ -65,7 +65,7 @@ pub struct Registered {
 /// refuses (`-ENODEV`: it does not serve the device).
 pub fn register(device: &str) -> CmResult<Option<Registered>> {
     let path = socket_for(device);
-    let conn = match SeqPacket::connect(&path) {
+    let conn = match SeqPacket::connect_within(&path, Some(ANSWER_TIMEOUT)) {
         Ok(conn) => conn,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED)) => {
             return Ok(None);
@@ -80,7 +80,6 @@ pub fn register(device: &str) -> CmResult<Option<Registered>> {
         }
     };
     let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
-    conn.set_send_timeout(ANSWER_TIMEOUT).map_err(io)?;
     let hello = ToDaemon::Register {
         pid: std::process::id(),
         device: device.to_owned(),
