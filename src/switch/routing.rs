@@ -36,8 +36,9 @@ const SIDR_UNSUPPORTED: u8 = 1;
 /// The SA's management class: path queries of the processes.
 const MGMT_CLASS_SA: u8 = crate::sa::MGMT_CLASS_SA;
 const MGMT_CLASS_CM: u8 = crate::wire::MGMT_CLASS_CM;
-/// How many SA queries in flight the daemon remembers (oldest forgotten).
-const SA_PENDING_MAX: usize = 4096;
+/// How many SA queries in flight the daemon remembers per process (its
+/// oldest forgotten).
+const SA_PENDING_MAX: usize = 1024;
 
 /// Offsets in a MAD (header included) of the fields routing reads.
 const LOCAL_COMM_ID: usize = 24;
@@ -147,6 +148,8 @@ struct Client {
     slice: usize,
     conn: Arc<SeqPacket>,
     cred: PeerCred,
+    /// Its SA queries' TIDs (the daemon's), oldest first; some answered.
+    sa_order: VecDeque<u32>,
     /// The REQs routed to it that it has not answered yet.
     reqs: ReqsReceived,
     /// It sent a MAD carrying one of its comm IDs: a peer may know one, so
@@ -217,7 +220,6 @@ struct State {
     next_service_id: u64,
     /// SA query TID (low 32 bits) the daemon sent → (process, its TID).
     sa_pending: HashMap<u32, (ClientId, u32)>,
-    sa_order: VecDeque<u32>,
     next_sa_tid: u32,
 }
 
@@ -263,7 +265,6 @@ impl Switch {
                 listens: HashMap::new(),
                 next_service_id: CM_ASSIGN_SERVICE_ID,
                 sa_pending: HashMap::new(),
-                sa_order: VecDeque::new(),
                 next_sa_tid: 1,
             }),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -379,6 +380,7 @@ impl Switch {
                 cred,
                 used: false,
                 reqs: ReqsReceived::default(),
+                sa_order: VecDeque::new(),
             },
         );
         drop(st);
@@ -732,13 +734,19 @@ impl Switch {
         let theirs = be32(mad, 12);
         let ours = st.next_sa_tid;
         st.next_sa_tid = st.next_sa_tid.wrapping_add(1).max(1);
-        if st.sa_order.len() >= SA_PENDING_MAX {
-            if let Some(old) = st.sa_order.pop_front() {
-                st.sa_pending.remove(&old);
-            }
+        // Each process's oldest go first: one that floods the SA cannot make
+        // the daemon forget the queries of the others.
+        let Some(c) = st.clients.get_mut(&client) else {
+            return;
+        };
+        let forgotten = (c.sa_order.len() >= SA_PENDING_MAX)
+            .then(|| c.sa_order.pop_front())
+            .flatten();
+        c.sa_order.push_back(ours);
+        if let Some(old) = forgotten {
+            st.sa_pending.remove(&old);
         }
         st.sa_pending.insert(ours, (client, theirs));
-        st.sa_order.push_back(ours);
         mad[12..16].copy_from_slice(&ours.to_be_bytes());
     }
 

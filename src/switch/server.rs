@@ -12,10 +12,13 @@ use crate::ibcm_log;
 use crate::transport::IdSlice;
 
 /// The send buffer asked for each connection: room for a burst of received
-/// MADs while the process's reader catches up (a MAD takes about 1.3 KiB of
-/// it: some 12,000 MADs; without CAP_NET_ADMIN the system's wmem_max, often
-/// 208 KiB, caps it at about 160).
-const CLIENT_SEND_BUFFER: usize = 16 << 20;
+/// MADs while the process's reader catches up (the kernel doubles it, and a
+/// MAD takes about 1.3 KiB of it: some 1,600 MADs, three bursts of 500 REQs;
+/// without CAP_NET_ADMIN the system's wmem_max, often 208 KiB, caps it at
+/// about 160). No more: it is the daemon's kernel memory, which a process
+/// that never reads keeps full (16 MiB here held 26,000 MADs, 32 MiB, for
+/// each such process).
+const CLIENT_SEND_BUFFER: usize = 1 << 20;
 
 impl Switch {
     /// Accepts connections on `listener` until it fails (closed), each served

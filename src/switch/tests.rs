@@ -586,3 +586,70 @@ fn hostile_open_device_does_not_hang_when_the_daemon_does_not_accept() {
         filled.load(std::sync::atomic::Ordering::SeqCst)
     );
 }
+
+#[test]
+fn hostile_a_process_that_never_reads_pins_a_bounded_amount_of_memory() {
+    let f = Fabric::new(3150, SwitchConfig::default());
+    let (attacker, slice) = f.client();
+    // DREQs of its own connections to its own port: each comes back and is
+    // routed to it, and it never reads. What the daemon's socket buffer
+    // holds for it is kernel memory of the daemon's, not the attacker's.
+    let me = f.switch_addr;
+    let n = 30_000u32;
+    for i in 0..n {
+        attacker.send_mad(&dreq(slice.base | (i & 0xfffff), slice.base | 1), &me);
+    }
+    wait_counter(&f.switch, SwitchCounter::TxSent, u64::from(n));
+    let delivered = || {
+        f.switch.counter(SwitchCounter::RxToOwner) + f.switch.counter(SwitchCounter::RxClientBusy)
+    };
+    for _ in 0..1000 {
+        if delivered() >= u64::from(n) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let queued = f.switch.counter(SwitchCounter::RxToOwner);
+    eprintln!(
+        "queued for a process that never reads: {queued} MADs (~{} KiB of message), {} dropped",
+        queued * 1310 / 1024,
+        f.switch.counter(SwitchCounter::RxClientBusy)
+    );
+    assert!(
+        queued <= 2048,
+        "{queued} MADs queued for one process that never reads"
+    );
+}
+
+/// A SubnAdmGet(PathRecord) with TID `tid`.
+fn path_query(tid: u32) -> Mad {
+    let mut mad = [0u8; crate::wire::MAD_SIZE];
+    mad[0] = 1;
+    mad[1] = crate::sa::MGMT_CLASS_SA;
+    mad[2] = 2;
+    mad[3] = 0x01;
+    mad[12..16].copy_from_slice(&tid.to_be_bytes());
+    mad[16..18].copy_from_slice(&0x0035u16.to_be_bytes());
+    mad
+}
+
+#[test]
+fn hostile_sa_query_flood_does_not_lose_another_process_answer() {
+    let f = Fabric::new(3160, SwitchConfig::default());
+    let (mut victim, _) = f.client();
+    let (mut attacker, _) = f.client();
+    let sm = remote_addr(&f);
+    victim.send_mad(&path_query(0xabcd), &sm);
+    victim.sync();
+    let asked = f.remote_got();
+    for i in 0..5000 {
+        attacker.send_mad(&path_query(i), &sm);
+    }
+    attacker.sync();
+    let mut answer = asked;
+    answer[3] = 0x81; // SubnAdmGetResp, the daemon's TID
+    f.remote_sends(&answer);
+    wait_counter(&f.switch, SwitchCounter::RxSaAnswers, 1);
+    let got = victim.got();
+    assert_eq!(got[12..16], 0xabcdu32.to_be_bytes());
+}
