@@ -254,6 +254,13 @@ fn be64(mad: &Mad, at: usize) -> u64 {
 impl Switch {
     pub fn new(config: SwitchConfig) -> Arc<Self> {
         let slices = 1usize << (32 - u32::from(config.slice_bits.clamp(8, 31)));
+        // A restarted daemon must not hand the slices of the processes it
+        // served before to the first processes that register: their peers
+        // still send to those comm IDs. It forgot them; a random start makes
+        // reuse unlikely (slices are handed out round robin from there).
+        let random =
+            std::hash::BuildHasher::build_hasher(&std::collections::hash_map::RandomState::new());
+        let first_slice = 1 + (std::hash::Hasher::finish(&random) as usize) % (slices - 1);
         Arc::new(Self {
             config,
             devices: RwLock::new(HashMap::new()),
@@ -261,7 +268,7 @@ impl Switch {
                 next_client: 1,
                 clients: HashMap::new(),
                 slices: vec![Slice::Free; slices],
-                next_slice: 1,
+                next_slice: first_slice,
                 listens: HashMap::new(),
                 next_service_id: CM_ASSIGN_SERVICE_ID,
                 sa_pending: HashMap::new(),

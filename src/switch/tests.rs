@@ -653,3 +653,20 @@ fn hostile_sa_query_flood_does_not_lose_another_process_answer() {
     let got = victim.got();
     assert_eq!(got[12..16], 0xabcdu32.to_be_bytes());
 }
+
+#[test]
+fn hostile_a_restarted_daemon_does_not_reuse_the_slices_of_the_last_one() {
+    // The same first slice three times in a row: 1 in 4095^2 when random.
+    let first: Vec<_> = (0..3)
+        .map(|i| {
+            let f = Fabric::new(3170 + 2 * i, SwitchConfig::default());
+            f.client().1.base
+        })
+        .collect();
+    assert!(
+        first.windows(2).any(|w| w[0] != w[1]),
+        "every fresh daemon hands out {:#010x} first: a restarted ibcmd gives the \
+         slices of its old processes (whose peers still send to them) to new ones",
+        first[0]
+    );
+}
