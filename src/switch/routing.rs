@@ -44,7 +44,6 @@ const SA_PENDING_MAX: usize = 1024;
 const LOCAL_COMM_ID: usize = 24;
 const REMOTE_COMM_ID: usize = 28;
 const SERVICE_ID_OF_REQ: usize = 32;
-const SERVICE_ID_OF_SIDR_REP: usize = 36;
 
 /// How the switch is set up.
 #[derive(Debug, Clone, Copy)]
@@ -152,6 +151,8 @@ struct Client {
     sa_order: VecDeque<u32>,
     /// The REQs routed to it that it has not answered yet.
     reqs: ReqsReceived,
+    /// The SIDR_REQs routed to it that it has not answered yet.
+    sidr_reqs: ReqsReceived,
     /// It sent a MAD carrying one of its comm IDs: a peer may know one, so
     /// its slice needs the timewait when it goes.
     used: bool,
@@ -387,6 +388,7 @@ impl Switch {
                 cred,
                 used: false,
                 reqs: ReqsReceived::default(),
+                sidr_reqs: ReqsReceived::default(),
                 sa_order: VecDeque::new(),
             },
         );
@@ -524,8 +526,8 @@ impl Switch {
             return Route::Drop;
         };
         let mut st = self.state.lock();
-        if header.attr_id == attr::REQ {
-            self.remember_req(&mut st, device, port, mad);
+        if matches!(header.attr_id, attr::REQ | attr::SIDR_REQ) {
+            self.remember_req(&mut st, device, port, header.attr_id, mad);
         }
         let owner = |local_id: u32| {
             let Slice::Owned(client) = st.slices.get(self.slice_index(local_id))? else {
@@ -571,9 +573,10 @@ impl Switch {
         }
     }
 
-    /// A REQ its listener will get: the one REQ that process may answer
-    /// with a REJ of comm ID 0 (from REQ_RCVD, or stateless).
-    fn remember_req(&self, st: &mut State, device: &str, port: u8, mad: &Mad) {
+    /// A REQ or SIDR_REQ its listener will get: what that process may
+    /// answer with a REJ of comm ID 0 (from REQ_RCVD, or stateless), a
+    /// SIDR_REP (which carries no comm ID of its sender).
+    fn remember_req(&self, st: &mut State, device: &str, port: u8, attr_id: u16, mad: &Mad) {
         let service_id = be64(mad, SERVICE_ID_OF_REQ);
         let Some(client) = st
             .listens
@@ -584,7 +587,11 @@ impl Switch {
             return;
         };
         if let Some(c) = st.clients.get_mut(&client) {
-            c.reqs.insert(be32(mad, LOCAL_COMM_ID));
+            let received = match attr_id {
+                attr::REQ => &mut c.reqs,
+                _ => &mut c.sidr_reqs,
+            };
+            received.insert(be32(mad, LOCAL_COMM_ID));
         }
     }
 
@@ -627,7 +634,7 @@ impl Switch {
                 return Err(EINVAL);
             };
             let device = c.device.clone();
-            let (slice, cred, reqs) = (self.slice_of(c.slice), c.cred, &c.reqs);
+            let slice = self.slice_of(c.slice);
             let transport = self
                 .devices
                 .read()
@@ -641,18 +648,18 @@ impl Switch {
                     self.track_sa_query(&mut st, client, &mut mad);
                     Ok(())
                 }
-                MGMT_CLASS_CM => self.may_send(&st, &device, slice, &mad, cred, reqs),
+                MGMT_CLASS_CM => self.may_send(c, &mad),
                 _ => Err(EINVAL),
             };
             if verdict.is_ok() && mad[1] == MGMT_CLASS_CM {
                 if let Some(c) = st.clients.get_mut(&client) {
                     c.used |= slice.contains(be32(&mad, LOCAL_COMM_ID));
-                    // Its REP or REJ ends REQ_RCVD: no REJ of comm ID 0 after.
-                    if matches!(
-                        u16::from_be_bytes([mad[16], mad[17]]),
-                        attr::REP | attr::REJ
-                    ) {
-                        c.reqs.remove(be32(&mad, REMOTE_COMM_ID));
+                    // Its REP or REJ ends REQ_RCVD: no REJ of comm ID 0 after;
+                    // a SIDR_REQ gets one SIDR_REP.
+                    match u16::from_be_bytes([mad[16], mad[17]]) {
+                        attr::REP | attr::REJ => c.reqs.remove(be32(&mad, REMOTE_COMM_ID)),
+                        attr::SIDR_REP => c.sidr_reqs.remove(be32(&mad, LOCAL_COMM_ID)),
+                        _ => {}
                     }
                 }
             }
@@ -682,23 +689,16 @@ impl Switch {
         }
     }
 
-    /// Whether a process of `slice` may send the CM MAD `mad`.
-    fn may_send(
-        &self,
-        st: &State,
-        device: &str,
-        slice: IdSlice,
-        mad: &Mad,
-        cred: PeerCred,
-        reqs: &ReqsReceived,
-    ) -> CmResult {
+    /// Whether process `sender` may send the CM MAD `mad`.
+    fn may_send(&self, sender: &Client, mad: &Mad) -> CmResult {
+        let (slice, cred, device) = (self.slice_of(sender.slice), sender.cred, &sender.device);
         let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
         let local_id = be32(mad, LOCAL_COMM_ID);
         let allowed = match attr_id {
             // A REJ of a REQ from REQ_RCVD (or stateless) carries 0: only
             // for a REQ this process got, else it could reject any host's
             // REQ_SENT id (cm_acquire_id(remote comm ID, 0) matches it).
-            attr::REJ if local_id == 0 => reqs.contains(be32(mad, REMOTE_COMM_ID)),
+            attr::REJ if local_id == 0 => sender.reqs.contains(be32(mad, REMOTE_COMM_ID)),
             attr::REJ => slice.contains(local_id),
             attr::REQ
             | attr::REP
@@ -709,13 +709,10 @@ impl Switch {
             | attr::LAP
             | attr::APR
             | attr::SIDR_REQ => slice.contains(local_id),
-            // A SIDR_REP has no comm ID of its sender: the service ID must
-            // be one it listens on.
-            attr::SIDR_REP => st
-                .listens
-                .get(&(device.to_owned(), be64(mad, SERVICE_ID_OF_SIDR_REP)))
-                .and_then(|l| st.clients.get(&l.client))
-                .is_some_and(|c| self.slice_of(c.slice) == slice),
+            // A SIDR_REP has no comm ID of its sender, and the requester
+            // matches it by request ID alone: only for a SIDR_REQ this
+            // process got (its listener may be gone since, as in the kernel).
+            attr::SIDR_REP => sender.sidr_reqs.contains(local_id),
             _ => return Err(EINVAL),
         };
         if allowed {

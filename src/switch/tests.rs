@@ -670,3 +670,43 @@ fn hostile_a_restarted_daemon_does_not_reuse_the_slices_of_the_last_one() {
         first[0]
     );
 }
+
+fn sidr_req(request_id: u32, service_id: u64) -> Mad {
+    let mut mad = new_mad(attr::SIDR_REQ, 11, 0);
+    mad[24..28].copy_from_slice(&request_id.to_be_bytes());
+    mad[32..40].copy_from_slice(&service_id.to_be_bytes());
+    mad
+}
+
+fn sidr_rep(request_id: u32, service_id: u64) -> Mad {
+    SidrRep {
+        request_id,
+        service_id,
+        ..SidrRep::default()
+    }
+    .encode(11, 0)
+}
+
+#[test]
+fn hostile_a_sidr_rep_answers_a_sidr_req_the_process_got() {
+    let f = Fabric::new(3180, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let to = remote_addr(&f);
+    assert_eq!(a.listen(0x3000), Ok(0x3000));
+    f.remote_sends(&sidr_req(0x41, 0x3000));
+    assert_eq!(attr_of(&a.got()), attr::SIDR_REQ);
+    // A SIDR_REP for a request it never got, on its own service ID: the
+    // requester's CM matches SIDR_REPs by request ID alone (cm_acquire_id).
+    a.send_mad(&sidr_rep(0x99, 0x3000), &to);
+    a.sync();
+    assert!(
+        f.remote_got_nothing(),
+        "a SIDR_REP for another host's request went out"
+    );
+    // The listener destroyed, the id in SIDR_REQ_RCVD still answers (the
+    // kernel sends it: the new id is not the listener).
+    a.send(&ToDaemon::Unlisten { service_id: 0x3000 });
+    a.send_mad(&sidr_rep(0x41, 0x3000), &to);
+    a.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::SIDR_REP);
+}
