@@ -132,6 +132,9 @@ impl SwitchCounter {
     }
 }
 
+/// A user, by its uid (`SO_PEERCRED`).
+type Uid = u32;
+
 /// A registered process, by the number the switch gave it.
 pub type ClientId = u64;
 
@@ -201,7 +204,7 @@ enum Slice {
     Free,
     Owned(ClientId),
     /// Its process went away; nobody gets it before then.
-    TimeWait(Instant),
+    TimeWait(Instant, Uid),
 }
 
 /// A listen of a process.
@@ -371,10 +374,25 @@ impl Switch {
             .filter(|&i| i != 0)
             .find(|&i| match st.slices[i] {
                 Slice::Free => true,
-                Slice::TimeWait(until) => until <= now,
+                Slice::TimeWait(until, _) => until <= now,
                 Slice::Owned(_) => false,
             })
             .ok_or(EAGAIN)?;
+        // Whoever may connect may register, but one user may not take every
+        // slice: registering and leaving (one MAD each, so the slice needs
+        // its timewait) 4095 times took a few seconds and locked every other
+        // user out for the timewait.
+        if self.slices_of_user(&st, cred.uid, now) >= self.max_slices_per_user(n) {
+            drop(st);
+            ibcm_log!(
+                Warn,
+                "ibcmd: process {} (uid {}) refused: its user holds {} comm ID slices, owned or in timewait",
+                cred.pid,
+                cred.uid,
+                self.max_slices_per_user(n)
+            );
+            return Err(EAGAIN);
+        }
         let client = st.next_client;
         st.next_client += 1;
         st.slices[index] = Slice::Owned(client);
@@ -407,6 +425,24 @@ impl Switch {
         Ok((client, slice, info))
     }
 
+    /// The slices user `uid`'s processes own or left in timewait.
+    fn slices_of_user(&self, st: &State, uid: Uid, now: Instant) -> usize {
+        st.slices
+            .iter()
+            .filter(|s| match **s {
+                Slice::Free => false,
+                Slice::Owned(c) => st.clients.get(&c).is_some_and(|c| c.cred.uid == uid),
+                Slice::TimeWait(until, owner) => owner == uid && until > now,
+            })
+            .count()
+    }
+
+    /// A quarter of the `n` slices (1023 of 4095): it takes four users of
+    /// the socket's group to lock the others out.
+    fn max_slices_per_user(&self, n: usize) -> usize {
+        ((n - 1) / 4).max(1)
+    }
+
     /// The process went away (its socket closed): its listens end at once,
     /// its slice is answered statelessly and freed after the timewait.
     pub fn unregister(&self, client: ClientId) {
@@ -418,7 +454,7 @@ impl Switch {
         // process registering and leaving in a loop would keep every slice
         // in timewait, and every other process out, without any connection.
         st.slices[gone.slice] = if gone.used {
-            Slice::TimeWait(Instant::now() + self.config.timewait)
+            Slice::TimeWait(Instant::now() + self.config.timewait, gone.cred.uid)
         } else {
             Slice::Free
         };
@@ -768,7 +804,7 @@ impl Switch {
     pub(super) fn end_timewaits(&self) {
         let now = Instant::now();
         for s in self.state.lock().slices.iter_mut() {
-            if let Slice::TimeWait(until) = s {
+            if let Slice::TimeWait(until, _) = s {
                 *until = now;
             }
         }

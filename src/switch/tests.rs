@@ -710,3 +710,38 @@ fn hostile_a_sidr_rep_answers_a_sidr_req_the_process_got() {
     a.sync();
     assert_eq!(attr_of(&f.remote_got()), attr::SIDR_REP);
 }
+
+#[test]
+fn hostile_one_user_cannot_take_every_slice() {
+    let f = Fabric::new(3190, SwitchConfig::default());
+    let to = remote_addr(&f);
+    let attacker = super::PeerCred {
+        pid: 4242,
+        uid: 4242,
+        gid: 4242,
+    };
+    // Register, send one MAD of the slice (so it needs its timewait), leave:
+    // as fast as the socket goes, 4095 times.
+    let mut refused = 0;
+    for _ in 0..4095 {
+        let (conn, _) = SeqPacket::pair().unwrap();
+        match f.switch.register(Arc::new(conn), attacker, &f.device) {
+            Ok((client, slice, _)) => {
+                f.switch
+                    .outbound(client, 1, &to, &dreq(slice.base | 1, 0x10))
+                    .unwrap();
+                f.switch.unregister(client);
+            }
+            Err(e) => {
+                assert_eq!(e.0, libc::EAGAIN);
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "one user took all 4095 slices");
+    let victim = Client::connect(&f.switch);
+    assert!(
+        victim.register(&f.device).is_ok(),
+        "another user locked out"
+    );
+}
