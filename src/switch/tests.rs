@@ -745,3 +745,23 @@ fn hostile_one_user_cannot_take_every_slice() {
         "another user locked out"
     );
 }
+
+#[test]
+fn hostile_a_connection_that_never_registers_is_closed() {
+    let f = Fabric::new(3200, SwitchConfig::default());
+    let (mine, theirs) = SeqPacket::pair().unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve(theirs));
+    mine.set_recv_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        mine.recv(&mut buf).map_err(|e| e.kind()),
+        Ok(0),
+        "a connection that never registers keeps a thread and an fd of the daemon's"
+    );
+    // A registered one stays (the other tests' clients wait up to 10 s).
+    let (mut c, _) = f.client();
+    std::thread::sleep(Duration::from_secs(11));
+    c.sync();
+}
