@@ -748,7 +748,7 @@ fn hostile_one_user_cannot_take_every_slice() {
 
 #[test]
 fn hostile_a_connection_that_never_registers_is_closed() {
-    let f = Fabric::new(3200, SwitchConfig::default());
+    let f = Fabric::new(3230, SwitchConfig::default());
     let (mine, theirs) = SeqPacket::pair().unwrap();
     let switch = f.switch.clone();
     std::thread::spawn(move || switch.serve(theirs));
@@ -764,4 +764,49 @@ fn hostile_a_connection_that_never_registers_is_closed() {
     let (mut c, _) = f.client();
     std::thread::sleep(Duration::from_secs(11));
     c.sync();
+}
+
+#[test]
+fn hostile_a_service_id_is_free_for_other_processes_once_unlisten_returns() {
+    // Two processes' switch transports on a real socket of the daemon.
+    let f = Fabric::new(3240, SwitchConfig::default());
+    let socket = std::env::temp_dir().join(format!("ibcmd-unlisten-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let listener = SeqPacket::listen(&socket).unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.accept_loop(&listener));
+    crate::transport::switch::TEST_SOCKETS
+        .lock()
+        .push((f.device.clone(), socket.clone()));
+    let open = || {
+        let registered = crate::transport::switch::register(&f.device)
+            .unwrap()
+            .unwrap();
+        let recv: RecvFn = Arc::new(|_, _, _| {});
+        crate::transport::switch::SwitchTransport::start(&f.device, registered, recv).unwrap()
+    };
+    let (a, b) = (open(), open());
+    let mut busy = 0;
+    for i in 0..300u64 {
+        let sid = 0x5000 + i;
+        assert_eq!(a.listen(sid), Ok(Some(sid)));
+        a.unlisten(sid); // in ib_destroy_cm_id of A's listener
+        match b.listen(sid) {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e, crate::errno::EBUSY);
+                busy += 1;
+            }
+        }
+    }
+    a.close();
+    b.close();
+    crate::transport::switch::TEST_SOCKETS
+        .lock()
+        .retain(|(_, p)| *p != socket);
+    let _ = std::fs::remove_file(&socket);
+    assert_eq!(
+        busy, 0,
+        "B's ib_cm_listen got -EBUSY after A's destroy had returned"
+    );
 }
