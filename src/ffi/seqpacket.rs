@@ -74,7 +74,19 @@ impl SeqPacket {
 
     /// A connection to the socket at `path`.
     pub fn connect(path: &Path) -> io::Result<Self> {
+        Self::connect_within(path, None)
+    }
+
+    /// A connection to the socket at `path`, waiting at most `timeout` for
+    /// room in its backlog (then `EAGAIN`): a listener that does not accept
+    /// (stopped, out of file descriptors) must not block the caller for
+    /// ever. The send timeout stays set.
+    pub fn connect_within(path: &Path, timeout: Option<Duration>) -> io::Result<Self> {
         let fd = new_socket()?;
+        if let Some(timeout) = timeout {
+            // A Unix socket's connect waits for the backlog up to SO_SNDTIMEO.
+            Self::set_timeout_of(&fd, libc::SO_SNDTIMEO, Some(timeout))?;
+        }
         let (addr, len) = address(path)?;
         loop {
             // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
@@ -220,6 +232,14 @@ impl SeqPacket {
     }
 
     fn set_timeout(&self, option: libc::c_int, timeout: Option<Duration>) -> io::Result<()> {
+        Self::set_timeout_of(&self.0, option, timeout)
+    }
+
+    fn set_timeout_of(
+        fd: &OwnedFd,
+        option: libc::c_int,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let timeout = timeout.unwrap_or_default();
         let tv = libc::timeval {
             tv_sec: timeout.as_secs() as libc::time_t,
@@ -228,7 +248,7 @@ impl SeqPacket {
         // SAFETY: `tv` is a valid timeval for the option.
         check(unsafe {
             libc::setsockopt(
-                self.0.as_raw_fd(),
+                fd.as_raw_fd(),
                 libc::SOL_SOCKET,
                 option,
                 (&tv as *const libc::timeval).cast(),

@@ -12,7 +12,7 @@
 //! that went away stays reserved for `timewait` before another gets it, so
 //! a late MAD for one of its connections never reaches a stranger.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -28,20 +28,22 @@ use crate::wire::{Drep, Mad, MsgResponse, Rej, SidrRep, attr, parse_header};
 
 /// `IB_CM_ASSIGN_SERVICE_ID` and the first service ID the daemon assigns.
 const CM_ASSIGN_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
+/// `IB_SERVICE_ID_AGN_MASK`: the bits that say "assigned by the CM".
+const SERVICE_ID_AGN_MASK: u64 = 0xff00_0000_0000_0000;
 /// `IB_CM_REJ_INVALID_SERVICE_ID`, `IB_SIDR_UNSUPPORTED`.
 const REJ_INVALID_SERVICE_ID: u16 = 8;
 const SIDR_UNSUPPORTED: u8 = 1;
 /// The SA's management class: path queries of the processes.
 const MGMT_CLASS_SA: u8 = crate::sa::MGMT_CLASS_SA;
 const MGMT_CLASS_CM: u8 = crate::wire::MGMT_CLASS_CM;
-/// How many SA queries in flight the daemon remembers (oldest forgotten).
-const SA_PENDING_MAX: usize = 4096;
+/// How many SA queries in flight the daemon remembers per process (its
+/// oldest forgotten).
+const SA_PENDING_MAX: usize = 1024;
 
 /// Offsets in a MAD (header included) of the fields routing reads.
 const LOCAL_COMM_ID: usize = 24;
 const REMOTE_COMM_ID: usize = 28;
 const SERVICE_ID_OF_REQ: usize = 32;
-const SERVICE_ID_OF_SIDR_REP: usize = 36;
 
 /// How the switch is set up.
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +132,9 @@ impl SwitchCounter {
     }
 }
 
+/// A user, by its uid (`SO_PEERCRED`).
+type Uid = u32;
+
 /// A registered process, by the number the switch gave it.
 pub type ClientId = u64;
 
@@ -145,6 +150,52 @@ struct Client {
     slice: usize,
     conn: Arc<SeqPacket>,
     cred: PeerCred,
+    /// Its SA queries' TIDs (the daemon's), oldest first; some answered.
+    sa_order: VecDeque<u32>,
+    /// The REQs routed to it that it has not answered yet.
+    reqs: ReqsReceived,
+    /// The SIDR_REQs routed to it that it has not answered yet.
+    sidr_reqs: ReqsReceived,
+    /// It sent a MAD carrying one of its comm IDs: a peer may know one, so
+    /// its slice needs the timewait when it goes.
+    used: bool,
+}
+
+/// The REQs (their senders' comm IDs) a process got and has neither
+/// answered with a REP nor rejected; the oldest forgotten beyond a bound.
+#[derive(Default)]
+struct ReqsReceived {
+    ids: HashSet<u32>,
+    order: VecDeque<u32>,
+}
+
+impl ReqsReceived {
+    /// More REQ_RCVD ids than any process keeps: a bound on the daemon's
+    /// memory when a process never answers (or answers, as `order` keeps
+    /// the answered ones until they reach its front).
+    const MAX: usize = 1 << 16;
+
+    fn insert(&mut self, remote_id: u32) {
+        if !self.ids.insert(remote_id) {
+            return; // a retransmission
+        }
+        self.order.push_back(remote_id);
+        while self.order.len() > Self::MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, remote_id: u32) -> bool {
+        self.ids.contains(&remote_id)
+    }
+
+    /// Leaves its place in `order` (dropped when it comes to the front):
+    /// no scan of the queue under the daemon's lock for every REP.
+    fn remove(&mut self, remote_id: u32) {
+        self.ids.remove(&remote_id);
+    }
 }
 
 /// One slot of the comm ID space.
@@ -153,7 +204,7 @@ enum Slice {
     Free,
     Owned(ClientId),
     /// Its process went away; nobody gets it before then.
-    TimeWait(Instant),
+    TimeWait(Instant, Uid),
 }
 
 /// A listen of a process.
@@ -173,7 +224,6 @@ struct State {
     next_service_id: u64,
     /// SA query TID (low 32 bits) the daemon sent → (process, its TID).
     sa_pending: HashMap<u32, (ClientId, u32)>,
-    sa_order: VecDeque<u32>,
     next_sa_tid: u32,
 }
 
@@ -188,6 +238,8 @@ pub struct Switch {
 /// What becomes of a received MAD.
 enum Route {
     To(Arc<SeqPacket>, SwitchCounter),
+    /// To each of these processes (a REJ TIMEOUT for no comm ID).
+    ToAll(Vec<Arc<SeqPacket>>),
     Answer(Box<Mad>, SwitchCounter),
     Drop,
     /// Handed on already.
@@ -206,6 +258,13 @@ fn be64(mad: &Mad, at: usize) -> u64 {
 impl Switch {
     pub fn new(config: SwitchConfig) -> Arc<Self> {
         let slices = 1usize << (32 - u32::from(config.slice_bits.clamp(8, 31)));
+        // A restarted daemon must not hand the slices of the processes it
+        // served before to the first processes that register: their peers
+        // still send to those comm IDs. It forgot them; a random start makes
+        // reuse unlikely (slices are handed out round robin from there).
+        let random =
+            std::hash::BuildHasher::build_hasher(&std::collections::hash_map::RandomState::new());
+        let first_slice = 1 + (std::hash::Hasher::finish(&random) as usize) % (slices - 1);
         Arc::new(Self {
             config,
             devices: RwLock::new(HashMap::new()),
@@ -213,11 +272,10 @@ impl Switch {
                 next_client: 1,
                 clients: HashMap::new(),
                 slices: vec![Slice::Free; slices],
-                next_slice: 1,
+                next_slice: first_slice,
                 listens: HashMap::new(),
                 next_service_id: CM_ASSIGN_SERVICE_ID,
                 sa_pending: HashMap::new(),
-                sa_order: VecDeque::new(),
                 next_sa_tid: 1,
             }),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -316,10 +374,25 @@ impl Switch {
             .filter(|&i| i != 0)
             .find(|&i| match st.slices[i] {
                 Slice::Free => true,
-                Slice::TimeWait(until) => until <= now,
+                Slice::TimeWait(until, _) => until <= now,
                 Slice::Owned(_) => false,
             })
             .ok_or(EAGAIN)?;
+        // Whoever may connect may register, but one user may not take every
+        // slice: registering and leaving (one MAD each, so the slice needs
+        // its timewait) 4095 times took a few seconds and locked every other
+        // user out for the timewait.
+        if self.slices_of_user(&st, cred.uid, now) >= self.max_slices_per_user(n) {
+            drop(st);
+            ibcm_log!(
+                Warn,
+                "ibcmd: process {} (uid {}) refused: its user holds {} comm ID slices, owned or in timewait",
+                cred.pid,
+                cred.uid,
+                self.max_slices_per_user(n)
+            );
+            return Err(EAGAIN);
+        }
         let client = st.next_client;
         st.next_client += 1;
         st.slices[index] = Slice::Owned(client);
@@ -331,6 +404,10 @@ impl Switch {
                 slice: index,
                 conn,
                 cred,
+                used: false,
+                reqs: ReqsReceived::default(),
+                sidr_reqs: ReqsReceived::default(),
+                sa_order: VecDeque::new(),
             },
         );
         drop(st);
@@ -348,6 +425,24 @@ impl Switch {
         Ok((client, slice, info))
     }
 
+    /// The slices user `uid`'s processes own or left in timewait.
+    fn slices_of_user(&self, st: &State, uid: Uid, now: Instant) -> usize {
+        st.slices
+            .iter()
+            .filter(|s| match **s {
+                Slice::Free => false,
+                Slice::Owned(c) => st.clients.get(&c).is_some_and(|c| c.cred.uid == uid),
+                Slice::TimeWait(until, owner) => owner == uid && until > now,
+            })
+            .count()
+    }
+
+    /// A quarter of the `n` slices (1023 of 4095): it takes four users of
+    /// the socket's group to lock the others out.
+    fn max_slices_per_user(&self, n: usize) -> usize {
+        ((n - 1) / 4).max(1)
+    }
+
     /// The process went away (its socket closed): its listens end at once,
     /// its slice is answered statelessly and freed after the timewait.
     pub fn unregister(&self, client: ClientId) {
@@ -355,7 +450,14 @@ impl Switch {
         let Some(gone) = st.clients.remove(&client) else {
             return;
         };
-        st.slices[gone.slice] = Slice::TimeWait(Instant::now() + self.config.timewait);
+        // A slice no peer ever saw a comm ID of is free at once: else one
+        // process registering and leaving in a loop would keep every slice
+        // in timewait, and every other process out, without any connection.
+        st.slices[gone.slice] = if gone.used {
+            Slice::TimeWait(Instant::now() + self.config.timewait, gone.cred.uid)
+        } else {
+            Slice::Free
+        };
         st.listens.retain(|_, l| l.client != client);
         st.sa_pending.retain(|_, (c, _)| *c != client);
         drop(st);
@@ -373,6 +475,13 @@ impl Switch {
     /// (0) or one. `-EBUSY` when any process listens on it already.
     pub fn listen(&self, client: ClientId, service_id: u64, mask: u64, port: u8) -> CmResult<u64> {
         if mask != u64::MAX {
+            return Err(EINVAL);
+        }
+        // The kernel's cm_init_listen: the assigned range is the CM's alone,
+        // else a process could take the IDs others are about to be given.
+        if service_id & SERVICE_ID_AGN_MASK == CM_ASSIGN_SERVICE_ID
+            && service_id != CM_ASSIGN_SERVICE_ID
+        {
             return Err(EINVAL);
         }
         let mut st = self.state.lock();
@@ -419,6 +528,20 @@ impl Switch {
                     Err(_) => self.count(SwitchCounter::RxClientBusy),
                 }
             }
+            Route::ToAll(conns) => {
+                let msg = ToClient::Recv {
+                    port,
+                    addr,
+                    mad: Box::new(*mad),
+                }
+                .encode();
+                for conn in conns {
+                    match conn.send(&msg, false) {
+                        Ok(()) => self.count(SwitchCounter::RxToOwner),
+                        Err(_) => self.count(SwitchCounter::RxClientBusy),
+                    }
+                }
+            }
             Route::Answer(answer, counter) => {
                 let transport = self.devices.read().get(device).map(|d| d.transport.clone());
                 if let Some(t) = transport {
@@ -438,7 +561,10 @@ impl Switch {
         let Ok((header, _)) = parse_header(mad) else {
             return Route::Drop;
         };
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        if matches!(header.attr_id, attr::REQ | attr::SIDR_REQ) {
+            self.remember_req(&mut st, device, port, header.attr_id, mad);
+        }
         let owner = |local_id: u32| {
             let Slice::Owned(client) = st.slices.get(self.slice_index(local_id))? else {
                 return None;
@@ -461,6 +587,18 @@ impl Switch {
                 }
             }
             attr::SIDR_REP => owner(be32(mad, LOCAL_COMM_ID)).unwrap_or(Route::Drop),
+            // The REJ TIMEOUT of an active side destroyed in REQ_SENT names
+            // no comm ID of ours (it never learnt it): the kernel finds the
+            // id by the ARI's node GUID and the sender's comm ID
+            // (cm_acquire_rejected_id). Only the engines know those: every
+            // process of the device gets it, the others drop it.
+            attr::REJ if is_rej_timeout_for_nobody(mad) => Route::ToAll(
+                st.clients
+                    .values()
+                    .filter(|c| c.device == device)
+                    .map(|c| c.conn.clone())
+                    .collect(),
+            ),
             attr::REP | attr::RTU | attr::REJ | attr::MRA | attr::DREP | attr::LAP | attr::APR => {
                 owner(be32(mad, REMOTE_COMM_ID)).unwrap_or(Route::Drop)
             }
@@ -468,6 +606,28 @@ impl Switch {
                 owner(be32(mad, REMOTE_COMM_ID)).unwrap_or_else(|| stateless_drep(mad, header.tid))
             }
             _ => Route::Drop,
+        }
+    }
+
+    /// A REQ or SIDR_REQ its listener will get: what that process may
+    /// answer with a REJ of comm ID 0 (from REQ_RCVD, or stateless), a
+    /// SIDR_REP (which carries no comm ID of its sender).
+    fn remember_req(&self, st: &mut State, device: &str, port: u8, attr_id: u16, mad: &Mad) {
+        let service_id = be64(mad, SERVICE_ID_OF_REQ);
+        let Some(client) = st
+            .listens
+            .get(&(device.to_owned(), service_id))
+            .filter(|l| l.port == 0 || l.port == port)
+            .map(|l| l.client)
+        else {
+            return;
+        };
+        if let Some(c) = st.clients.get_mut(&client) {
+            let received = match attr_id {
+                attr::REQ => &mut c.reqs,
+                _ => &mut c.sidr_reqs,
+            };
+            received.insert(be32(mad, LOCAL_COMM_ID));
         }
     }
 
@@ -511,20 +671,35 @@ impl Switch {
                 return Err(EINVAL);
             };
             let device = c.device.clone();
-            let (slice, cred) = (self.slice_of(c.slice), c.cred);
+            let slice = self.slice_of(c.slice);
             let transport = self
                 .devices
                 .read()
                 .get(&device)
                 .map(|d| d.transport.clone());
             let verdict = match mad[1] {
-                MGMT_CLASS_SA => {
+                // Path queries only: SubnAdmSet/Delete (a multicast leave, a
+                // service record removed) would give every process the SA
+                // access of the port, which needs umad access without ibcmd.
+                MGMT_CLASS_SA if is_path_query(&mad) => {
                     self.track_sa_query(&mut st, client, &mut mad);
                     Ok(())
                 }
-                MGMT_CLASS_CM => self.may_send(&st, &device, slice, &mad, cred),
+                MGMT_CLASS_CM => self.may_send(c, &mad),
                 _ => Err(EINVAL),
             };
+            if verdict.is_ok() && mad[1] == MGMT_CLASS_CM {
+                if let Some(c) = st.clients.get_mut(&client) {
+                    c.used |= slice.contains(be32(&mad, LOCAL_COMM_ID));
+                    // Its REP or REJ ends REQ_RCVD: no REJ of comm ID 0 after;
+                    // a SIDR_REQ gets one SIDR_REP.
+                    match u16::from_be_bytes([mad[16], mad[17]]) {
+                        attr::REP | attr::REJ => c.reqs.remove(be32(&mad, REMOTE_COMM_ID)),
+                        attr::SIDR_REP => c.sidr_reqs.remove(be32(&mad, LOCAL_COMM_ID)),
+                        _ => {}
+                    }
+                }
+            }
             (transport, verdict)
         };
         if let Err(e) = verdict {
@@ -551,20 +726,17 @@ impl Switch {
         }
     }
 
-    /// Whether a process of `slice` may send the CM MAD `mad`.
-    fn may_send(
-        &self,
-        st: &State,
-        device: &str,
-        slice: IdSlice,
-        mad: &Mad,
-        cred: PeerCred,
-    ) -> CmResult {
+    /// Whether process `sender` may send the CM MAD `mad`.
+    fn may_send(&self, sender: &Client, mad: &Mad) -> CmResult {
+        let (slice, cred, device) = (self.slice_of(sender.slice), sender.cred, &sender.device);
         let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
         let local_id = be32(mad, LOCAL_COMM_ID);
         let allowed = match attr_id {
-            // A stateless REJ of a REQ carries the REQ's remote comm ID: 0.
-            attr::REJ => local_id == 0 || slice.contains(local_id),
+            // A REJ of a REQ from REQ_RCVD (or stateless) carries 0: only
+            // for a REQ this process got, else it could reject any host's
+            // REQ_SENT id (cm_acquire_id(remote comm ID, 0) matches it).
+            attr::REJ if local_id == 0 => sender.reqs.contains(be32(mad, REMOTE_COMM_ID)),
+            attr::REJ => slice.contains(local_id),
             attr::REQ
             | attr::REP
             | attr::RTU
@@ -574,13 +746,10 @@ impl Switch {
             | attr::LAP
             | attr::APR
             | attr::SIDR_REQ => slice.contains(local_id),
-            // A SIDR_REP has no comm ID of its sender: the service ID must
-            // be one it listens on.
-            attr::SIDR_REP => st
-                .listens
-                .get(&(device.to_owned(), be64(mad, SERVICE_ID_OF_SIDR_REP)))
-                .and_then(|l| st.clients.get(&l.client))
-                .is_some_and(|c| self.slice_of(c.slice) == slice),
+            // A SIDR_REP has no comm ID of its sender, and the requester
+            // matches it by request ID alone: only for a SIDR_REQ this
+            // process got (its listener may be gone since, as in the kernel).
+            attr::SIDR_REP => sender.sidr_reqs.contains(local_id),
             _ => return Err(EINVAL),
         };
         if allowed {
@@ -606,13 +775,19 @@ impl Switch {
         let theirs = be32(mad, 12);
         let ours = st.next_sa_tid;
         st.next_sa_tid = st.next_sa_tid.wrapping_add(1).max(1);
-        if st.sa_order.len() >= SA_PENDING_MAX {
-            if let Some(old) = st.sa_order.pop_front() {
-                st.sa_pending.remove(&old);
-            }
+        // Each process's oldest go first: one that floods the SA cannot make
+        // the daemon forget the queries of the others.
+        let Some(c) = st.clients.get_mut(&client) else {
+            return;
+        };
+        let forgotten = (c.sa_order.len() >= SA_PENDING_MAX)
+            .then(|| c.sa_order.pop_front())
+            .flatten();
+        c.sa_order.push_back(ours);
+        if let Some(old) = forgotten {
+            st.sa_pending.remove(&old);
         }
         st.sa_pending.insert(ours, (client, theirs));
-        st.sa_order.push_back(ours);
         mad[12..16].copy_from_slice(&ours.to_be_bytes());
     }
 
@@ -630,7 +805,7 @@ impl Switch {
     pub(super) fn end_timewaits(&self) {
         let now = Instant::now();
         for s in self.state.lock().slices.iter_mut() {
-            if let Slice::TimeWait(until) = s {
+            if let Slice::TimeWait(until, _) = s {
                 *until = now;
             }
         }
@@ -643,7 +818,23 @@ impl Switch {
 }
 
 const EPERM: Errno = Errno(libc::EPERM);
+
+/// SubnAdmGet or SubnAdmGetTable of PathRecord: what the library's SA
+/// client sends (`ib_sa_path_rec_get`).
+fn is_path_query(mad: &Mad) -> bool {
+    const METHOD_GET: u8 = 0x01;
+    const METHOD_GET_TABLE: u8 = 0x12;
+    const ATTR_PATH_RECORD: u16 = 0x0035;
+    matches!(mad[3], METHOD_GET | METHOD_GET_TABLE)
+        && u16::from_be_bytes([mad[16], mad[17]]) == ATTR_PATH_RECORD
+}
 const EAGAIN: Errno = Errno(libc::EAGAIN);
+
+/// A REJ, reason timeout, with remote comm ID 0.
+fn is_rej_timeout_for_nobody(mad: &Mad) -> bool {
+    let timeout = crate::abi::ib_cm_rej_reason::IB_CM_REJ_TIMEOUT as u16;
+    Rej::decode(mad).is_ok_and(|rej| rej.remote_comm_id == 0 && rej.reason == timeout)
+}
 
 /// The kernel's answer to a REQ nobody listens for (`cm_req_handler` →
 /// `cm_issue_rej`): REJ, invalid service ID, with the REQ's comm IDs swapped.

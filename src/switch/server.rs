@@ -12,10 +12,18 @@ use crate::ibcm_log;
 use crate::transport::IdSlice;
 
 /// The send buffer asked for each connection: room for a burst of received
-/// MADs while the process's reader catches up (a MAD takes about 1.3 KiB of
-/// it: some 12,000 MADs; without CAP_NET_ADMIN the system's wmem_max, often
-/// 208 KiB, caps it at about 160).
-const CLIENT_SEND_BUFFER: usize = 16 << 20;
+/// MADs while the process's reader catches up (the kernel doubles it, and a
+/// MAD takes about 1.3 KiB of it: some 1,600 MADs, three bursts of 500 REQs;
+/// without CAP_NET_ADMIN the system's wmem_max, often 208 KiB, caps it at
+/// about 160). No more: it is the daemon's kernel memory, which a process
+/// that never reads keeps full (16 MiB here held 26,000 MADs, 32 MiB, for
+/// each such process).
+const CLIENT_SEND_BUFFER: usize = 1 << 20;
+/// How long a connection may stay without registering: each holds a thread
+/// and a file descriptor of the daemon's, and connections that never
+/// register would otherwise pile up until accept fails (EMFILE) for every
+/// process.
+const REGISTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Switch {
     /// Accepts connections on `listener` until it fails (closed), each served
@@ -47,6 +55,9 @@ impl Switch {
         conn.set_send_buffer(CLIENT_SEND_BUFFER);
         let conn = Arc::new(conn);
         let cred = conn.peer_cred().unwrap_or_default();
+        if conn.set_recv_timeout(Some(REGISTER_DEADLINE)).is_err() {
+            return;
+        }
         let mut buf = vec![0u8; MAX_MESSAGE];
         let mut client: Option<ClientId> = None;
         loop {
@@ -87,6 +98,10 @@ impl Switch {
                 let answer = match self.register(conn.clone(), cred, &device) {
                     Ok((id, slice, device)) => {
                         *client = Some(id);
+                        // Registered: it may stay idle as long as it lives.
+                        if conn.set_recv_timeout(None).is_err() {
+                            return false;
+                        }
                         ToClient::Registered {
                             status: 0,
                             slice,

@@ -364,7 +364,10 @@ fn a_slice_is_handed_out_again_only_after_its_timewait() {
         timewait: Duration::from_secs(3600),
     };
     let f = Fabric::new(3040, config);
-    let (a, slice_a) = f.client();
+    let (mut a, slice_a) = f.client();
+    // A peer learns one of its comm IDs (a slice nobody saw is free at once).
+    a.send_mad(&dreq(slice_a.base | 1, 0x10), &remote_addr(&f));
+    a.sync();
     let c = Client::connect(&f.switch);
     assert_eq!(
         c.register(&f.device),
@@ -418,4 +421,418 @@ fn an_sa_answer_reaches_the_process_with_the_address_it_came_from() {
         "the process's own TID"
     );
     assert_eq!(addr.dlid, remote_addr(&f).dlid);
+}
+
+// ---- Hostile review (branch hostile-ibcmd): each test below failed on main
+// 45947c7; see the report for the defect and the fix.
+
+/// Registers and leaves at once, `n` times: what a hostile process in the
+/// socket's group can do in a second.
+fn churn_registrations(f: &Fabric, n: usize) {
+    for _ in 0..n {
+        let c = Client::connect(&f.switch);
+        if c.register(&f.device).is_err() {
+            return;
+        }
+        drop(c);
+    }
+}
+
+#[test]
+fn hostile_registration_churn_does_not_lock_every_process_out() {
+    let f = Fabric::new(3100, SwitchConfig::default());
+    churn_registrations(&f, 4095);
+    wait_counter(&f.switch, SwitchCounter::Gone, 4095);
+    let victim = Client::connect(&f.switch);
+    assert!(
+        victim.register(&f.device).is_ok(),
+        "one process that registered and left 4095 times locks every other \
+         process out of the CM for the whole timewait"
+    );
+}
+
+#[test]
+fn hostile_explicit_listen_in_the_assigned_range_is_refused() {
+    let f = Fabric::new(3110, SwitchConfig::default());
+    let (mut attacker, _) = f.client();
+    let (mut victim, _) = f.client();
+    let first = attacker.listen(ASSIGN).unwrap();
+    // The kernel refuses these (cm_init_listen: -EINVAL); the engine too,
+    // but a raw client talks to the daemon directly.
+    let squatted = attacker.listen(first + 1);
+    assert_eq!(
+        victim.listen(ASSIGN).map(|s| s != first),
+        Ok(true),
+        "IB_CM_ASSIGN_SERVICE_ID failed for the victim"
+    );
+    assert_eq!(
+        squatted,
+        Err(-libc::EINVAL),
+        "explicit listen in the assigned range"
+    );
+}
+
+#[test]
+fn hostile_rej_timeout_reaches_the_process_that_got_the_req() {
+    let f = Fabric::new(3120, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    assert_eq!(a.listen(0x1000), Ok(0x1000));
+    let guid: u64 = 0x0002_c903_0000_1234;
+    let mut request = req(0x77, 0x1000);
+    request[40..48].copy_from_slice(&guid.to_be_bytes());
+    f.remote_sends(&request);
+    assert_eq!(attr_of(&a.got()), attr::REQ);
+    // The active side is destroyed in REQ_SENT: cm_destroy_id sends REJ
+    // TIMEOUT with its node GUID in the ARI and remote comm ID 0 (it never
+    // learnt ours); cm_acquire_rejected_id finds us by (GUID, its comm ID).
+    let mut ari = [0u8; 72];
+    ari[..8].copy_from_slice(&guid.to_be_bytes());
+    let rej = Rej {
+        local_comm_id: 0x77,
+        remote_comm_id: 0,
+        message_rejected: crate::wire::MsgResponse::Other,
+        rejected_info_length: 8,
+        reason: crate::abi::ib_cm_rej_reason::IB_CM_REJ_TIMEOUT as u16,
+        ari,
+        ..Rej::default()
+    };
+    f.remote_sends(&rej.encode(7));
+    // Only the engines can tell whose it is: B gets it too (and drops it).
+    assert_eq!(attr_of(&b.got()), attr::REJ);
+    assert_eq!(
+        f.switch.counter(SwitchCounter::RxDropped),
+        0,
+        "the REJ TIMEOUT for A's REQ_RCVD id was dropped"
+    );
+    assert_eq!(attr_of(&a.got()), attr::REJ);
+}
+
+#[test]
+fn hostile_rej_with_comm_id_0_only_answers_a_req_the_process_got() {
+    let f = Fabric::new(3130, SwitchConfig::default());
+    let (mut attacker, _) = f.client();
+    // The REQ it got, it may reject from REQ_RCVD (local comm ID 0).
+    assert_eq!(attacker.listen(0x1000), Ok(0x1000));
+    f.remote_sends(&req(0x55, 0x1000));
+    assert_eq!(attr_of(&attacker.got()), attr::REQ);
+    let mine = Rej {
+        local_comm_id: 0,
+        remote_comm_id: 0x55,
+        message_rejected: crate::wire::MsgResponse::Req,
+        reason: 28,
+        ..Rej::default()
+    };
+    attacker.send_mad(&mine.encode(1), &remote_addr(&f));
+    attacker.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::REJ);
+    // A REJ "of a REQ" (local comm ID 0, as from REQ_RCVD) naming a comm ID
+    // of the remote host's that never sent this process a REQ: it kills
+    // that host's REQ_SENT id (cm_acquire_id(remote, 0) matches any remote).
+    let rej = Rej {
+        local_comm_id: 0,
+        remote_comm_id: 0x1234_5678,
+        message_rejected: crate::wire::MsgResponse::Req,
+        reason: 28, // IB_CM_REJ_CONSUMER_DEFINED
+        ..Rej::default()
+    };
+    attacker.send_mad(&rej.encode(1), &remote_addr(&f));
+    attacker.sync();
+    assert!(
+        f.remote_got_nothing(),
+        "a spoofed REJ with comm ID 0 went on the wire"
+    );
+    assert_eq!(f.switch.counter(SwitchCounter::TxSpoofed), 1);
+}
+
+#[test]
+fn hostile_sa_mads_other_than_path_queries_are_refused() {
+    let f = Fabric::new(3140, SwitchConfig::default());
+    let (mut attacker, _) = f.client();
+    // SubnAdmDelete(MCMemberRecord): leaves a multicast group (IPoIB's
+    // broadcast group) for the whole port; needs umad access without ibcmd.
+    let mut mad = [0u8; crate::wire::MAD_SIZE];
+    mad[0] = 1;
+    mad[1] = crate::sa::MGMT_CLASS_SA;
+    mad[2] = 2;
+    mad[3] = 0x15; // SubnAdmDelete
+    mad[16..18].copy_from_slice(&0x0038u16.to_be_bytes()); // MCMemberRecord
+    attacker.send_mad(&mad, &remote_addr(&f));
+    attacker.sync();
+    assert!(
+        f.remote_got_nothing(),
+        "an SA Delete of a process went on the wire"
+    );
+    assert_eq!(f.switch.counter(SwitchCounter::TxRefused), 1);
+}
+
+#[test]
+fn hostile_open_device_does_not_hang_when_the_daemon_does_not_accept() {
+    // A daemon that does not accept: stopped, or out of file descriptors
+    // (ibcmd keeps the systemd default of 1024 and accepts any number of
+    // connections that never register, one thread each). Its backlog fills.
+    let dir = std::env::temp_dir().join(format!("ibcmd-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = SeqPacket::listen(&path).unwrap();
+    let filled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (path, filled) = (path.clone(), filled.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            // Blocks once the backlog is full, until the listener closes.
+            while let Ok(conn) = SeqPacket::connect(&path) {
+                held.push(conn);
+                filled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+    }
+    for _ in 0..1000 {
+        if filled.load(std::sync::atomic::Ordering::SeqCst) >= 129 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    crate::transport::switch::TEST_SOCKETS
+        .lock()
+        .push(("hostile0".into(), path.clone()));
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(crate::transport::switch::register("hostile0").map(|r| r.is_some()));
+    });
+    let outcome = rx.recv_timeout(Duration::from_secs(30));
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        outcome.ok(),
+        Some(Err(crate::errno::Errno(libc::EAGAIN))),
+        "ibcm_open_device still blocked in connect() after 30 s (its answer \
+         timeout is 10 s); {} connections were queued",
+        filled.load(std::sync::atomic::Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn hostile_a_process_that_never_reads_pins_a_bounded_amount_of_memory() {
+    let f = Fabric::new(3150, SwitchConfig::default());
+    let (attacker, slice) = f.client();
+    // DREQs of its own connections to its own port: each comes back and is
+    // routed to it, and it never reads. What the daemon's socket buffer
+    // holds for it is kernel memory of the daemon's, not the attacker's.
+    let me = f.switch_addr;
+    let n = 30_000u32;
+    for i in 0..n {
+        attacker.send_mad(&dreq(slice.base | (i & 0xfffff), slice.base | 1), &me);
+    }
+    wait_counter(&f.switch, SwitchCounter::TxSent, u64::from(n));
+    let delivered = || {
+        f.switch.counter(SwitchCounter::RxToOwner) + f.switch.counter(SwitchCounter::RxClientBusy)
+    };
+    for _ in 0..1000 {
+        if delivered() >= u64::from(n) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let queued = f.switch.counter(SwitchCounter::RxToOwner);
+    eprintln!(
+        "queued for a process that never reads: {queued} MADs (~{} KiB of message), {} dropped",
+        queued * 1310 / 1024,
+        f.switch.counter(SwitchCounter::RxClientBusy)
+    );
+    assert!(
+        queued <= 2048,
+        "{queued} MADs queued for one process that never reads"
+    );
+}
+
+/// A SubnAdmGet(PathRecord) with TID `tid`.
+fn path_query(tid: u32) -> Mad {
+    let mut mad = [0u8; crate::wire::MAD_SIZE];
+    mad[0] = 1;
+    mad[1] = crate::sa::MGMT_CLASS_SA;
+    mad[2] = 2;
+    mad[3] = 0x01;
+    mad[12..16].copy_from_slice(&tid.to_be_bytes());
+    mad[16..18].copy_from_slice(&0x0035u16.to_be_bytes());
+    mad
+}
+
+#[test]
+fn hostile_sa_query_flood_does_not_lose_another_process_answer() {
+    let f = Fabric::new(3160, SwitchConfig::default());
+    let (mut victim, _) = f.client();
+    let (mut attacker, _) = f.client();
+    let sm = remote_addr(&f);
+    victim.send_mad(&path_query(0xabcd), &sm);
+    victim.sync();
+    let asked = f.remote_got();
+    for i in 0..5000 {
+        attacker.send_mad(&path_query(i), &sm);
+    }
+    attacker.sync();
+    let mut answer = asked;
+    answer[3] = 0x81; // SubnAdmGetResp, the daemon's TID
+    f.remote_sends(&answer);
+    wait_counter(&f.switch, SwitchCounter::RxSaAnswers, 1);
+    let got = victim.got();
+    assert_eq!(got[12..16], 0xabcdu32.to_be_bytes());
+}
+
+#[test]
+fn hostile_a_restarted_daemon_does_not_reuse_the_slices_of_the_last_one() {
+    // The same first slice three times in a row: 1 in 4095^2 when random.
+    let first: Vec<_> = (0..3)
+        .map(|i| {
+            let f = Fabric::new(3170 + 2 * i, SwitchConfig::default());
+            f.client().1.base
+        })
+        .collect();
+    assert!(
+        first.windows(2).any(|w| w[0] != w[1]),
+        "every fresh daemon hands out {:#010x} first: a restarted ibcmd gives the \
+         slices of its old processes (whose peers still send to them) to new ones",
+        first[0]
+    );
+}
+
+fn sidr_req(request_id: u32, service_id: u64) -> Mad {
+    let mut mad = new_mad(attr::SIDR_REQ, 11, 0);
+    mad[24..28].copy_from_slice(&request_id.to_be_bytes());
+    mad[32..40].copy_from_slice(&service_id.to_be_bytes());
+    mad
+}
+
+fn sidr_rep(request_id: u32, service_id: u64) -> Mad {
+    SidrRep {
+        request_id,
+        service_id,
+        ..SidrRep::default()
+    }
+    .encode(11, 0)
+}
+
+#[test]
+fn hostile_a_sidr_rep_answers_a_sidr_req_the_process_got() {
+    let f = Fabric::new(3180, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let to = remote_addr(&f);
+    assert_eq!(a.listen(0x3000), Ok(0x3000));
+    f.remote_sends(&sidr_req(0x41, 0x3000));
+    assert_eq!(attr_of(&a.got()), attr::SIDR_REQ);
+    // A SIDR_REP for a request it never got, on its own service ID: the
+    // requester's CM matches SIDR_REPs by request ID alone (cm_acquire_id).
+    a.send_mad(&sidr_rep(0x99, 0x3000), &to);
+    a.sync();
+    assert!(
+        f.remote_got_nothing(),
+        "a SIDR_REP for another host's request went out"
+    );
+    // The listener destroyed, the id in SIDR_REQ_RCVD still answers (the
+    // kernel sends it: the new id is not the listener).
+    a.send(&ToDaemon::Unlisten { service_id: 0x3000 });
+    a.send_mad(&sidr_rep(0x41, 0x3000), &to);
+    a.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::SIDR_REP);
+}
+
+#[test]
+fn hostile_one_user_cannot_take_every_slice() {
+    let f = Fabric::new(3190, SwitchConfig::default());
+    let to = remote_addr(&f);
+    let attacker = super::PeerCred {
+        pid: 4242,
+        uid: 4242,
+        gid: 4242,
+    };
+    // Register, send one MAD of the slice (so it needs its timewait), leave:
+    // as fast as the socket goes, 4095 times.
+    let mut refused = 0;
+    for _ in 0..4095 {
+        let (conn, _) = SeqPacket::pair().unwrap();
+        match f.switch.register(Arc::new(conn), attacker, &f.device) {
+            Ok((client, slice, _)) => {
+                f.switch
+                    .outbound(client, 1, &to, &dreq(slice.base | 1, 0x10))
+                    .unwrap();
+                f.switch.unregister(client);
+            }
+            Err(e) => {
+                assert_eq!(e.0, libc::EAGAIN);
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "one user took all 4095 slices");
+    let victim = Client::connect(&f.switch);
+    assert!(
+        victim.register(&f.device).is_ok(),
+        "another user locked out"
+    );
+}
+
+#[test]
+fn hostile_a_connection_that_never_registers_is_closed() {
+    let f = Fabric::new(3230, SwitchConfig::default());
+    let (mine, theirs) = SeqPacket::pair().unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve(theirs));
+    mine.set_recv_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        mine.recv(&mut buf).map_err(|e| e.kind()),
+        Ok(0),
+        "a connection that never registers keeps a thread and an fd of the daemon's"
+    );
+    // A registered one stays (the other tests' clients wait up to 10 s).
+    let (mut c, _) = f.client();
+    std::thread::sleep(Duration::from_secs(11));
+    c.sync();
+}
+
+#[test]
+fn hostile_a_service_id_is_free_for_other_processes_once_unlisten_returns() {
+    // Two processes' switch transports on a real socket of the daemon.
+    let f = Fabric::new(3240, SwitchConfig::default());
+    let socket = std::env::temp_dir().join(format!("ibcmd-unlisten-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let listener = SeqPacket::listen(&socket).unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.accept_loop(&listener));
+    crate::transport::switch::TEST_SOCKETS
+        .lock()
+        .push((f.device.clone(), socket.clone()));
+    let open = || {
+        let registered = crate::transport::switch::register(&f.device)
+            .unwrap()
+            .unwrap();
+        let recv: RecvFn = Arc::new(|_, _, _| {});
+        crate::transport::switch::SwitchTransport::start(&f.device, registered, recv).unwrap()
+    };
+    let (a, b) = (open(), open());
+    let mut busy = 0;
+    for i in 0..300u64 {
+        let sid = 0x5000 + i;
+        assert_eq!(a.listen(sid), Ok(Some(sid)));
+        a.unlisten(sid); // in ib_destroy_cm_id of A's listener
+        match b.listen(sid) {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e, crate::errno::EBUSY);
+                busy += 1;
+            }
+        }
+    }
+    a.close();
+    b.close();
+    crate::transport::switch::TEST_SOCKETS
+        .lock()
+        .retain(|(_, p)| *p != socket);
+    let _ = std::fs::remove_file(&socket);
+    assert_eq!(
+        busy, 0,
+        "B's ib_cm_listen got -EBUSY after A's destroy had returned"
+    );
 }

@@ -65,7 +65,7 @@ pub struct Registered {
 /// refuses (`-ENODEV`: it does not serve the device).
 pub fn register(device: &str) -> CmResult<Option<Registered>> {
     let path = socket_for(device);
-    let conn = match SeqPacket::connect(&path) {
+    let conn = match SeqPacket::connect_within(&path, Some(ANSWER_TIMEOUT)) {
         Ok(conn) => conn,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED)) => {
             return Ok(None);
@@ -80,7 +80,6 @@ pub fn register(device: &str) -> CmResult<Option<Registered>> {
         }
     };
     let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
-    conn.set_send_timeout(ANSWER_TIMEOUT).map_err(io)?;
     let hello = ToDaemon::Register {
         pid: std::process::id(),
         device: device.to_owned(),
@@ -170,6 +169,22 @@ impl SwitchTransport {
         Ok(transport)
     }
 
+    /// Sends the message `make` builds with a new sequence number and waits
+    /// for the daemon's answer to it (a listen's status and service ID).
+    fn ask(&self, make: impl FnOnce(u32) -> ToDaemon) -> CmResult<(i32, u64)> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = sync_channel(1);
+        self.pending.lock().insert(seq, tx);
+        let answer = self.post(&make(seq)).and_then(|()| {
+            rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| match e {
+                RecvTimeoutError::Timeout => ETIMEDOUT,
+                RecvTimeoutError::Disconnected => ENODEV,
+            })
+        });
+        self.pending.lock().remove(&seq);
+        answer
+    }
+
     fn post(&self, msg: &ToDaemon) -> CmResult {
         if self.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
@@ -207,17 +222,21 @@ impl Reader {
                     seq,
                     status,
                     service_id,
-                }) => {
-                    if let Some(pending) = self.pending.upgrade() {
-                        if let Some(waiter) = pending.lock().remove(&seq) {
-                            let _ = waiter.try_send((status, service_id));
-                        }
-                    }
-                }
+                }) => self.answer(seq, (status, service_id)),
+                Ok(ToClient::Stats { seq, .. }) => self.answer(seq, (0, 0)),
                 _ => {} // nothing this side asked for
             }
         }
         self.daemon_gone();
+    }
+
+    /// Hands the daemon's answer to the call waiting for it.
+    fn answer(&self, seq: u32, answer: (i32, u64)) {
+        if let Some(pending) = self.pending.upgrade() {
+            if let Some(waiter) = pending.lock().remove(&seq) {
+                let _ = waiter.try_send(answer);
+            }
+        }
     }
 
     /// The connection ended: by `close`, or because the daemon went away.
@@ -251,29 +270,26 @@ impl MadTransport for SwitchTransport {
     }
 
     fn listen(&self, service_id: u64) -> CmResult<Option<u64>> {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = sync_channel(1);
-        self.pending.lock().insert(seq, tx);
-        let sent = self.post(&ToDaemon::Listen {
+        let answer = self.ask(|seq| ToDaemon::Listen {
             seq,
             service_id,
             mask: u64::MAX,
             port: 0,
         });
-        let answer = sent.and_then(|()| match rx.recv_timeout(ANSWER_TIMEOUT) {
-            Ok(answer) => Ok(answer),
-            Err(RecvTimeoutError::Timeout) => Err(ETIMEDOUT),
-            Err(RecvTimeoutError::Disconnected) => Err(ENODEV),
-        });
-        self.pending.lock().remove(&seq);
         match answer? {
             (0, service_id) => Ok(Some(service_id)),
             (status, _) => Err(Errno(-status)),
         }
     }
 
+    /// Returns once the daemon has freed `service_id`, as `cm_destroy_id`
+    /// frees it before returning: another process may listen on it at once.
     fn unlisten(&self, service_id: u64) {
-        let _ = self.post(&ToDaemon::Unlisten { service_id });
+        if self.post(&ToDaemon::Unlisten { service_id }).is_ok() {
+            // The daemon handles a process's messages in order: the answer
+            // to this one says the Unlisten is done.
+            let _ = self.ask(|seq| ToDaemon::Stats { seq });
+        }
     }
 
     fn close(&self) {
