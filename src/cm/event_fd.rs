@@ -103,6 +103,13 @@ impl EventQueue {
         Ok(())
     }
 
+    /// How many events are pending (tests: a new id exists before its
+    /// event is queued, on the worker, a moment later).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.state.lock().work.len()
+    }
+
     /// The next pending event; the fd stops being readable with the last.
     pub fn pop(&self) -> Option<Work> {
         let mut s = self.state.lock();

@@ -26,7 +26,9 @@ fn hostile_c_fd_mode_close_after_listener_destroyed_is_not_ebusy() {
     let active = create_id(&a, rec.handler()).unwrap();
     send_req(&active, &req_params(&a, &b)).unwrap();
     // The new id is made on the worker; its REQ_RECEIVED waits in B's queue.
-    wait_until("the new id exists", || b.id_count() == 2);
+    wait_until("the new id and its event exist", || {
+        b.id_count() == 2 && b.events.len() == 1
+    });
     destroy_id(&listener, 0);
     destroy_id(&active, 0);
     close_device(&a).unwrap();
@@ -95,7 +97,9 @@ fn hostile_c_fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     params.remote_cm_response_timeout = 8; // retransmitted after ~1 ms
     params.max_cm_retries = 15;
     send_req(&active, &params).unwrap();
-    wait_until("the new id exists", || b.id_count() == 2);
+    wait_until("the new id and its event exist", || {
+        b.id_count() == 2 && b.events.len() == 1
+    });
     assert_eq!(process_device_events(&b, 1), Ok(1));
     assert_eq!(panics.load(Ordering::SeqCst), 1);
     assert_eq!(b.id_count(), 1, "the panicked request's id is forgotten");
@@ -140,7 +144,9 @@ fn hostile_c_fd_mode_handler_closes_its_own_device() {
     }
     let active = create_id(&a, rec.handler()).unwrap();
     send_req(&active, &req_params(&a, &b)).unwrap();
-    wait_until("the new id exists", || b.id_count() == 2);
+    wait_until("the new id and its event exist", || {
+        b.id_count() == 2 && b.events.len() == 1
+    });
     assert_eq!(process_device_events(&b, 64), Ok(1));
     assert_eq!(*closed.lock(), Some(Ok(())));
     assert_eq!(process_device_events(&b, 1), Err(EINVAL));
@@ -172,7 +178,9 @@ fn hostile_c_log_orphan_sidr_req_forgotten_does_not_claim_a_sidr_rep_was_sent() 
         max_cm_retries: 0,
     };
     send_sidr_req(&active, &params).unwrap();
-    wait_until("the new id exists", || b.id_count() == 2);
+    wait_until("the new id and its event exist", || {
+        b.id_count() == 2 && b.events.len() == 1
+    });
     destroy_id(&listener, 0);
     assert_eq!(process_device_events(&b, 64), Ok(1));
     assert_eq!(b.id_count(), 0);
