@@ -836,3 +836,103 @@ fn hostile_a_service_id_is_free_for_other_processes_once_unlisten_returns() {
         "B's ib_cm_listen got -EBUSY after A's destroy had returned"
     );
 }
+
+// ---- Issue 12 (branch switch-findings): each test below failed on main
+// d3a394d; see the report for the failure it printed.
+
+impl Client {
+    fn unlisten(&self, service_id: u64) {
+        self.send(&ToDaemon::Unlisten { service_id });
+    }
+}
+
+#[test]
+fn hostile_listens_per_process_are_capped_with_enomem_logged_once() {
+    let f = Fabric::new(3250, SwitchConfig::default());
+    let log = crate::log::capture::Capture::of(&[&f.device]);
+    let (mut attacker, _) = f.client();
+    let max = super::routing::MAX_LISTENS_PER_PROCESS as u64;
+    for i in 0..max {
+        assert_eq!(attacker.listen(0x10_0000 + i), Ok(0x10_0000 + i));
+    }
+    for i in 0..3 {
+        assert_eq!(
+            attacker.listen(0x20_0000 + i),
+            Err(-libc::ENOMEM),
+            "a process holds more than {max} listens in the daemon"
+        );
+    }
+    assert_eq!(attacker.listen(ASSIGN), Err(-libc::ENOMEM));
+    let refused = log.lines_with(&["ibcmd", "listens", "ENOMEM"]);
+    assert_eq!(refused.len(), 1, "one line per process: {refused:?}");
+    // One freed: room for one more.
+    attacker.unlisten(0x10_0000);
+    assert_eq!(attacker.listen(0x20_0000), Ok(0x20_0000));
+    // Another process is not affected.
+    let (mut other, _) = f.client();
+    assert_eq!(other.listen(0x30_0000), Ok(0x30_0000));
+}
+
+#[test]
+fn listens_of_one_process_on_one_service_id_are_counted() {
+    let f = Fabric::new(3260, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    // Listener X destroyed while listener Y of the same process listens on
+    // the same service ID: Y's Listen reaches the daemon before X's Unlisten.
+    assert_eq!(a.listen(0x6000), Ok(0x6000));
+    assert_eq!(
+        a.listen(0x6000),
+        Ok(0x6000),
+        "-EBUSY from the daemon for a service ID the process itself holds"
+    );
+    a.unlisten(0x6000);
+    a.sync();
+    assert_eq!(b.listen(0x6000), Err(-libc::EBUSY), "still A's (Y)");
+    f.remote_sends(&req(0x91, 0x6000));
+    assert_eq!(attr_of(&a.got()), attr::REQ, "Y's REQ reaches A");
+    a.unlisten(0x6000);
+    a.sync();
+    assert_eq!(b.listen(0x6000), Ok(0x6000), "free once A's count is 0");
+}
+
+#[test]
+fn a_listen_on_a_held_service_id_is_never_refused_and_a_refused_ones_unlisten_is_ignored() {
+    // The invariant that makes the Unlisten after a timed-out Listen exact:
+    // a process's Listen is refused only when it holds no count on the
+    // service ID, and then an Unlisten from it for that ID changes nothing.
+    let f = Fabric::new(3270, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    let max = super::routing::MAX_LISTENS_PER_PROCESS as u64;
+    for i in 0..max {
+        assert_eq!(a.listen(0x40_0000 + i), Ok(0x40_0000 + i));
+    }
+    // At the cap, a Listen on a service ID it holds only counts.
+    assert_eq!(
+        a.listen(0x40_0000),
+        Ok(0x40_0000),
+        "a Listen on a held service ID refused at the cap"
+    );
+    // Refused (cap): its Unlisten is ignored; B may take it after.
+    assert_eq!(a.listen(0x7000), Err(-libc::ENOMEM));
+    a.unlisten(0x7000);
+    a.sync();
+    assert_eq!(b.listen(0x7000), Ok(0x7000));
+    // Refused (another process's): A's Unlisten leaves B's listen alone.
+    let (mut c, _) = f.client();
+    assert_eq!(c.listen(0x7000), Err(-libc::EBUSY));
+    c.unlisten(0x7000);
+    c.sync();
+    assert_eq!(c.listen(0x7000), Err(-libc::EBUSY), "B's listen dropped");
+    f.remote_sends(&req(0x92, 0x7000));
+    assert_eq!(attr_of(&b.got()), attr::REQ);
+    // Two counts: two Unlistens free it.
+    a.unlisten(0x40_0000);
+    a.sync();
+    f.remote_sends(&req(0x93, 0x40_0000));
+    assert_eq!(attr_of(&a.got()), attr::REQ, "one count left");
+    a.unlisten(0x40_0000);
+    a.sync();
+    assert_eq!(c.listen(0x40_0000), Ok(0x40_0000));
+}
