@@ -936,3 +936,103 @@ fn a_listen_on_a_held_service_id_is_never_refused_and_a_refused_ones_unlisten_is
     a.sync();
     assert_eq!(c.listen(0x40_0000), Ok(0x40_0000));
 }
+
+#[test]
+fn hostile_a_forked_child_does_not_keep_a_dead_process_registered() {
+    // The process that registered: a real one, which dies below. The
+    // connection's other end stays open in this test process, as in a
+    // child forked after ibcm_open_device that inherited the socket.
+    let mut registrant = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let cred = super::PeerCred {
+        pid: registrant.id() as i32,
+        uid: 4343,
+        gid: 4343,
+    };
+    let f = Fabric::new(3280, SwitchConfig::default());
+    let (inherited, theirs) = SeqPacket::pair().unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve_as(theirs, cred));
+    inherited.set_recv_timeout(Some(WAIT)).unwrap();
+    let mut a = Client {
+        conn: inherited,
+        backlog: VecDeque::new(),
+        seq: 0,
+    };
+    let slice_a = a.register(&f.device).expect("registered");
+    assert_eq!(a.listen(0x9000), Ok(0x9000));
+    a.send_mad(&dreq(slice_a.base | 2, 0x10), &remote_addr(&f));
+    a.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::DREQ);
+
+    registrant.kill().unwrap();
+    registrant.wait().unwrap();
+    for _ in 0..1000 {
+        if f.switch.counter(SwitchCounter::Gone) >= 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        f.switch.counter(SwitchCounter::Gone),
+        1,
+        "the process that registered died 10 s ago, but the socket a child \
+         inherited keeps its slice and listens"
+    );
+    let (mut b, _) = f.client();
+    assert_eq!(b.listen(0x9000), Ok(0x9000), "the dead process's listen");
+    f.remote_sends(&dreq(0x32, slice_a.base | 2));
+    let drep = Drep::decode(&f.remote_got()).unwrap();
+    assert_eq!(drep.local_comm_id, slice_a.base | 2, "a stateless DREP");
+    // The daemon ended the connection: the child sees it closed.
+    let mut buf = [0u8; 64];
+    assert_eq!(a.conn.recv(&mut buf).map_err(|e| e.kind()), Ok(0));
+}
+
+#[test]
+fn what_a_process_queued_before_it_exited_is_still_handled() {
+    // Its last messages (the DREQs of ib_destroy_cm_id just before exit)
+    // wait on the socket when its exit makes the pidfd readable.
+    let mut registrant = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let cred = super::PeerCred {
+        pid: registrant.id() as i32,
+        uid: 4344,
+        gid: 4344,
+    };
+    registrant.kill().unwrap(); // a zombie until waited for: its pid stays
+    let f = Fabric::new(3290, SwitchConfig::default());
+    let (inherited, theirs) = SeqPacket::pair().unwrap();
+    inherited.set_recv_timeout(Some(WAIT)).unwrap();
+    let mut a = Client {
+        conn: inherited,
+        backlog: VecDeque::new(),
+        seq: 0,
+    };
+    a.send(&ToDaemon::Register {
+        pid: cred.pid as u32,
+        device: f.device.clone(),
+    });
+    a.send(&ToDaemon::Listen {
+        seq: 1,
+        service_id: 0xa000,
+        mask: u64::MAX,
+        port: 0,
+    });
+    a.send(&ToDaemon::Stats { seq: 2 });
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve_as(theirs, cred));
+    assert!(matches!(a.next(), ToClient::Registered { status: 0, .. }));
+    assert!(matches!(a.next(), ToClient::Listened { status: 0, .. }));
+    assert!(matches!(a.next(), ToClient::Stats { seq: 2, .. }));
+    let mut buf = [0u8; 64];
+    assert_eq!(a.conn.recv(&mut buf).map_err(|e| e.kind()), Ok(0));
+    wait_counter(&f.switch, SwitchCounter::Gone, 1);
+    let (mut b, _) = f.client();
+    assert_eq!(b.listen(0xa000), Ok(0xa000));
+    registrant.wait().unwrap();
+}
