@@ -991,6 +991,155 @@ fn hostile_a_forked_child_does_not_keep_a_dead_process_registered() {
     assert_eq!(a.conn.recv(&mut buf).map_err(|e| e.kind()), Ok(0));
 }
 
+/// A daemon that answers `Listen` only when told: what a stuck `ibcmd`
+/// looks like to a process.
+struct SlowDaemon {
+    conn: SeqPacket,
+    socket: std::path::PathBuf,
+}
+
+impl SlowDaemon {
+    /// Registers the transport of `device` with it; the transport waits
+    /// `timeout` for an answer.
+    fn start(
+        device: &str,
+        timeout: Duration,
+    ) -> (Self, Arc<crate::transport::switch::SwitchTransport>) {
+        let socket =
+            std::env::temp_dir().join(format!("ibcmd-{device}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let listener = SeqPacket::listen(&socket).unwrap();
+        crate::transport::switch::TEST_SOCKETS
+            .lock()
+            .push((device.to_owned(), socket.clone()));
+        let accepted = std::thread::spawn(move || {
+            let conn = listener.accept().unwrap();
+            conn.set_recv_timeout(Some(WAIT)).unwrap();
+            let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
+            let n = conn.recv(&mut buf).unwrap();
+            assert!(matches!(
+                ToDaemon::decode(&buf[..n]),
+                Ok(ToDaemon::Register { .. })
+            ));
+            let answer = ToClient::Registered {
+                status: 0,
+                slice: IdSlice {
+                    base: 0x0010_0000,
+                    bits: 20,
+                },
+                device: DeviceInfo::default(),
+            };
+            conn.send(&answer.encode(), true).unwrap();
+            conn
+        });
+        let registered = crate::transport::switch::register(device).unwrap().unwrap();
+        let recv: RecvFn = Arc::new(|_, _, _| {});
+        let t = crate::transport::switch::SwitchTransport::start(device, registered, recv).unwrap();
+        t.set_answer_timeout(timeout);
+        let conn = accepted.join().unwrap();
+        (Self { conn, socket }, t)
+    }
+
+    fn next(&self) -> ToDaemon {
+        let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
+        let n = self
+            .conn
+            .recv(&mut buf)
+            .expect("a message of the process within 10 s");
+        ToDaemon::decode(&buf[..n]).expect("well-formed")
+    }
+
+    fn reply(&self, msg: &ToClient) {
+        self.conn.send(&msg.encode(), true).unwrap();
+    }
+}
+
+impl Drop for SlowDaemon {
+    fn drop(&mut self) {
+        crate::transport::switch::TEST_SOCKETS
+            .lock()
+            .retain(|(_, p)| *p != self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[test]
+fn hostile_a_listen_granted_after_its_caller_gave_up_is_undone() {
+    let (daemon, t) = SlowDaemon::start("slowlisten0", Duration::from_millis(100));
+    // Listen, answered after the caller got -ETIMEDOUT: an explicit service
+    // ID, then IB_CM_ASSIGN_SERVICE_ID (whose ID only the answer tells).
+    for (asked, granted) in [(0x8000, 0x8000), (ASSIGN, ASSIGN + 5)] {
+        let (tx, rx) = channel();
+        let t2 = t.clone();
+        std::thread::spawn(move || tx.send(t2.listen(asked)).unwrap());
+        let ToDaemon::Listen {
+            seq, service_id, ..
+        } = daemon.next()
+        else {
+            panic!("not a Listen");
+        };
+        assert_eq!(service_id, asked);
+        assert_eq!(
+            rx.recv_timeout(WAIT).unwrap(),
+            Err(crate::errno::Errno(libc::ETIMEDOUT))
+        );
+        daemon.reply(&ToClient::Listened {
+            seq,
+            status: 0,
+            service_id: granted,
+        });
+        let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
+        let undone = daemon
+            .conn
+            .recv(&mut buf)
+            .ok()
+            .and_then(|n| ToDaemon::decode(&buf[..n]).ok());
+        assert_eq!(
+            undone,
+            Some(ToDaemon::Unlisten {
+                service_id: granted
+            }),
+            "a listen the daemon granted after the caller's -ETIMEDOUT stays \
+             registered for the process's lifetime"
+        );
+    }
+    // Refused late: nothing to undo. The next message is the Unlisten of
+    // the listen after it, which the reader answered after the refusal.
+    let (tx, rx) = channel();
+    let t2 = t.clone();
+    std::thread::spawn(move || tx.send(t2.listen(0x8001)).unwrap());
+    let ToDaemon::Listen { seq, .. } = daemon.next() else {
+        panic!("not a Listen");
+    };
+    assert!(rx.recv_timeout(WAIT).unwrap().is_err());
+    daemon.reply(&ToClient::Listened {
+        seq,
+        status: -libc::EBUSY,
+        service_id: 0x8001,
+    });
+    let t2 = t.clone();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        tx.send(t2.listen(0x8002)).unwrap();
+        t2.unlisten(0x8002);
+    });
+    let ToDaemon::Listen { seq, .. } = daemon.next() else {
+        panic!("not a Listen");
+    };
+    daemon.reply(&ToClient::Listened {
+        seq,
+        status: 0,
+        service_id: 0x8002,
+    });
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), Ok(Some(0x8002)));
+    assert_eq!(
+        daemon.next(),
+        ToDaemon::Unlisten { service_id: 0x8002 },
+        "an Unlisten for a listen the daemon refused"
+    );
+    t.close();
+}
+
 #[test]
 fn what_a_process_queued_before_it_exited_is_still_handled() {
     // Its last messages (the DREQs of ib_destroy_cm_id just before exit)
