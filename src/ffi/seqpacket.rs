@@ -281,6 +281,64 @@ impl SeqPacket {
     }
 }
 
+/// What [`SeqPacket::wait_with`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// A message (or the peer's close) is waiting on the socket.
+    pub socket: bool,
+    /// The watched process has exited.
+    pub exited: bool,
+}
+
+impl SeqPacket {
+    /// Waits until a message (or the peer's close) waits on the socket or
+    /// `process` has exited; both may be true.
+    pub fn wait_with(&self, process: &PidFd) -> io::Result<Readiness> {
+        let mut fds = [self.0.as_raw_fd(), process.0.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        loop {
+            // SAFETY: `fds` is an array of two valid pollfds; no timeout.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if rc >= 0 {
+                // POLLHUP or POLLERR: the next recv says what happened.
+                let ready = |p: &libc::pollfd| p.revents != 0;
+                return Ok(Readiness {
+                    socket: ready(&fds[0]),
+                    exited: ready(&fds[1]),
+                });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// A process, by a pidfd (`pidfd_open(2)`, Linux 5.3): readable once it has
+/// exited, and never another process with a reused pid.
+#[derive(Debug)]
+pub struct PidFd(OwnedFd);
+
+impl PidFd {
+    /// The process `pid`: `ESRCH` if it is gone, `ENOSYS` before Linux 5.3,
+    /// `EINVAL` for pid 0 (the peer is in another pid namespace).
+    pub fn open(pid: i32) -> io::Result<Self> {
+        if pid <= 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: pidfd_open takes a pid and flags (0) and returns a new fd
+        // or -1; no memory is passed.
+        let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = check(libc::c_int::try_from(rc).unwrap_or(-1))?;
+        // SAFETY: a new fd that nothing else owns (pidfds are close-on-exec).
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+}
+
 impl AsRawFd for SeqPacket {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()

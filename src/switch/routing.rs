@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::proto::{DeviceInfo, ToClient};
-use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, Errno};
+use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
 use crate::ffi::seqpacket::{PeerCred, SeqPacket};
 use crate::ibcm_log;
 use crate::transport::{IdSlice, MadAddr, MadTransport, RecvFn};
@@ -39,6 +39,11 @@ const MGMT_CLASS_CM: u8 = crate::wire::MGMT_CLASS_CM;
 /// How many SA queries in flight the daemon remembers per process (its
 /// oldest forgotten).
 const SA_PENDING_MAX: usize = 1024;
+/// How many service IDs one process may listen on through the daemon: far
+/// more than any real program (a server listens on a handful, rdma_cm's
+/// ucma on one per bound port), and a bound on what one process makes the
+/// daemon keep: 200,000 listens of a hostile one took 18 MiB.
+pub(super) const MAX_LISTENS_PER_PROCESS: usize = 4096;
 
 /// Offsets in a MAD (header included) of the fields routing reads.
 const LOCAL_COMM_ID: usize = 24;
@@ -159,6 +164,10 @@ struct Client {
     /// It sent a MAD carrying one of its comm IDs: a peer may know one, so
     /// its slice needs the timewait when it goes.
     used: bool,
+    /// The service IDs it listens on (each counted in its `Listen`).
+    listens: usize,
+    /// Its refusal at [`MAX_LISTENS_PER_PROCESS`] was logged.
+    listen_cap_logged: bool,
 }
 
 /// The REQs (their senders' comm IDs) a process got and has neither
@@ -207,11 +216,18 @@ enum Slice {
     TimeWait(Instant, Uid),
 }
 
-/// A listen of a process.
+/// The listens of a process on one service ID: the engine decides between
+/// its own listeners (its `-EBUSY`, `ib_cm_insert_listen`'s sharing), the
+/// daemon only between processes. So it counts the process's Listens and
+/// Unlistens, one each per engine listener: while one thread destroys
+/// listener X and another listens Y on the same service ID, Y's Listen may
+/// arrive before X's Unlisten, and the service ID stays the process's.
 struct Listen {
     client: ClientId,
-    /// 0: every port.
+    /// 0: every port (the first Listen's; the engine always asks for 0).
     port: u8,
+    /// Listens minus Unlistens of `client`; at 0 the entry goes.
+    count: u64,
 }
 
 struct State {
@@ -405,6 +421,8 @@ impl Switch {
                 conn,
                 cred,
                 used: false,
+                listens: 0,
+                listen_cap_logged: false,
                 reqs: ReqsReceived::default(),
                 sidr_reqs: ReqsReceived::default(),
                 sa_order: VecDeque::new(),
@@ -472,7 +490,14 @@ impl Switch {
     }
 
     /// `ib_cm_listen` of a process: exact match (`mask` all ones), every port
-    /// (0) or one. `-EBUSY` when any process listens on it already.
+    /// (0) or one. `-EBUSY` when another process listens on it already,
+    /// `-ENOMEM` beyond [`MAX_LISTENS_PER_PROCESS`].
+    ///
+    /// Invariant (it makes the process's Unlistens exact, even the one after
+    /// a Listen whose answer came too late): a Listen on a service ID the
+    /// process holds only counts, never refused, not even at the cap; so a
+    /// refused Listen means the process holds no count there, and an
+    /// Unlisten from it for that ID is ignored.
     pub fn listen(&self, client: ClientId, service_id: u64, mask: u64, port: u8) -> CmResult<u64> {
         if mask != u64::MAX {
             return Err(EINVAL);
@@ -485,30 +510,70 @@ impl Switch {
             return Err(EINVAL);
         }
         let mut st = self.state.lock();
-        let device = st.clients.get(&client).ok_or(EINVAL)?.device.clone();
-        let service_id = if service_id == CM_ASSIGN_SERVICE_ID {
+        let st = &mut *st;
+        let c = st.clients.get_mut(&client).ok_or(EINVAL)?;
+        let assign = service_id == CM_ASSIGN_SERVICE_ID;
+        let key = (c.device.clone(), service_id);
+        if !assign {
+            match st.listens.get_mut(&key) {
+                Some(l) if l.client == client => {
+                    l.count += 1;
+                    return Ok(service_id);
+                }
+                Some(_) => return Err(EBUSY),
+                None => {}
+            }
+        }
+        if c.listens >= MAX_LISTENS_PER_PROCESS {
+            // The kernel's errno when cm_init_listen cannot allocate.
+            if !std::mem::replace(&mut c.listen_cap_logged, true) {
+                ibcm_log!(
+                    Warn,
+                    "ibcmd: process {} (uid {}) on {} holds {MAX_LISTENS_PER_PROCESS} listens: \
+                     its further listens are refused with -ENOMEM",
+                    c.cred.pid,
+                    c.cred.uid,
+                    c.device
+                );
+            }
+            return Err(ENOMEM);
+        }
+        let key = if assign {
             let assigned = st.next_service_id;
             st.next_service_id += 1;
-            assigned
+            (key.0, assigned)
         } else {
-            service_id
+            key
         };
-        let key = (device, service_id);
-        if st.listens.contains_key(&key) {
-            return Err(EBUSY);
-        }
-        st.listens.insert(key, Listen { client, port });
+        c.listens += 1;
+        let service_id = key.1;
+        st.listens.insert(
+            key,
+            Listen {
+                client,
+                port,
+                count: 1,
+            },
+        );
         Ok(service_id)
     }
 
+    /// The end of one of the process's listens on `service_id`; ignored for
+    /// a service ID it does not hold (see [`Self::listen`]).
     pub fn unlisten(&self, client: ClientId, service_id: u64) {
         let mut st = self.state.lock();
-        let Some(device) = st.clients.get(&client).map(|c| c.device.clone()) else {
+        let st = &mut *st;
+        let Some(c) = st.clients.get_mut(&client) else {
             return;
         };
-        let key = (device, service_id);
-        if st.listens.get(&key).is_some_and(|l| l.client == client) {
+        let key = (c.device.clone(), service_id);
+        let Some(l) = st.listens.get_mut(&key).filter(|l| l.client == client) else {
+            return;
+        };
+        l.count -= 1;
+        if l.count == 0 {
             st.listens.remove(&key);
+            c.listens -= 1;
         }
     }
 

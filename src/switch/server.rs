@@ -1,13 +1,15 @@
 //! The daemon's side of the socket: one thread per connected process reads
 //! its messages and hands them to the [`Switch`]; the accept loop starts
 //! them. A process's connection ends when it closes its socket (exit, crash,
-//! `ibcm_close_device`): then it is unregistered.
+//! `ibcm_close_device`), or when it exits while a child it forked holds the
+//! socket: then it is unregistered.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::proto::{DeviceInfo, MAX_MESSAGE, ToClient, ToDaemon};
 use super::routing::{ClientId, Switch};
-use crate::ffi::seqpacket::SeqPacket;
+use crate::ffi::seqpacket::{PeerCred, PidFd, SeqPacket};
 use crate::ibcm_log;
 use crate::transport::IdSlice;
 
@@ -52,15 +54,34 @@ impl Switch {
 
     /// Serves one connection until it closes.
     pub fn serve(self: &Arc<Self>, conn: SeqPacket) {
+        let cred = conn.peer_cred().unwrap_or_default();
+        self.serve_as(conn, cred);
+    }
+
+    /// Serves one connection of the process `cred` says.
+    pub(super) fn serve_as(self: &Arc<Self>, conn: SeqPacket, cred: PeerCred) {
         conn.set_send_buffer(CLIENT_SEND_BUFFER);
         let conn = Arc::new(conn);
-        let cred = conn.peer_cred().unwrap_or_default();
         if conn.set_recv_timeout(Some(REGISTER_DEADLINE)).is_err() {
             return;
         }
         let mut buf = vec![0u8; MAX_MESSAGE];
         let mut client: Option<ClientId> = None;
+        let mut process: Option<Watch> = None;
         loop {
+            match process.as_mut().map(|w| w.next(&conn)) {
+                Some(Next::Message) | None => {}
+                Some(Next::Gone) => {
+                    ibcm_log!(
+                        Info,
+                        "ibcmd: process {} (uid {}) exited while another process (a child \
+                         it forked) holds its socket: unregistered",
+                        cred.pid,
+                        cred.uid
+                    );
+                    break;
+                }
+            }
             let n = match conn.recv(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) if n > buf.len() => break, // not ours: too long
@@ -77,6 +98,12 @@ impl Switch {
             };
             if !self.handle(&conn, cred, &mut client, msg) {
                 break;
+            }
+            if client.is_some() && process.is_none() {
+                match Watch::of(cred) {
+                    Some(watch) => process = Some(watch),
+                    None => break, // exited already
+                }
             }
         }
         if let Some(c) = client {
@@ -156,6 +183,81 @@ impl Switch {
         match reply {
             Some(r) => conn.send(&r.encode(), true).is_ok(),
             None => true,
+        }
+    }
+}
+
+/// The registered process itself, besides its socket: a child it forked
+/// after `ibcm_open_device` inherits the socket, so when the process dies
+/// the socket stays open while the child lives, and the daemon would keep
+/// its slice and listens (its peers' DREQs unanswered) that long. Its exit
+/// (its pidfd readable) ends the connection as the socket's close does.
+/// Without pidfds (before Linux 5.3; a peer in another pid namespace, pid
+/// 0), only the socket's close does, as before (logged once per daemon).
+/// (A pid reused between the process's death and `pidfd_open` watches the
+/// new process: no worse than without.)
+enum Watch {
+    Process {
+        pidfd: PidFd,
+        /// Messages read since the process exited.
+        after_exit: usize,
+    },
+    /// No pidfd: the socket alone.
+    Socket,
+}
+
+/// What the connection does next.
+enum Next {
+    /// Read a message (one waits, or the socket closed).
+    Message,
+    /// The process has exited and none of its messages is left.
+    Gone,
+}
+
+/// What a dead process still queued is handled (its last DREQs, sent just
+/// before it exited), but no more than this: a child that inherited the
+/// socket would otherwise keep the dead process registered by writing.
+const MESSAGES_AFTER_EXIT: usize = 4096;
+
+impl Watch {
+    /// Watches `cred`'s process; `None` when it has exited already.
+    fn of(cred: PeerCred) -> Option<Self> {
+        static NO_PIDFD_LOGGED: AtomicBool = AtomicBool::new(false);
+        match PidFd::open(cred.pid) {
+            Ok(pidfd) => Some(Watch::Process {
+                pidfd,
+                after_exit: 0,
+            }),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => None,
+            Err(e) => {
+                if !NO_PIDFD_LOGGED.swap(true, Ordering::Relaxed) {
+                    ibcm_log!(
+                        Warn,
+                        "ibcmd: cannot watch process {} (pidfd_open: {e}): a process's \
+                         registration ends when its socket closes, which a child it forked \
+                         may keep open after it died",
+                        cred.pid
+                    );
+                }
+                Some(Watch::Socket)
+            }
+        }
+    }
+
+    /// Waits for a message of the process or its exit. A message still
+    /// queued comes first (a process's socket has both when it exits).
+    fn next(&mut self, conn: &SeqPacket) -> Next {
+        let Watch::Process { pidfd, after_exit } = self else {
+            return Next::Message;
+        };
+        match conn.wait_with(pidfd) {
+            Ok(r) if r.exited && (!r.socket || *after_exit >= MESSAGES_AFTER_EXIT) => Next::Gone,
+            Ok(r) => {
+                *after_exit += usize::from(r.exited);
+                Next::Message
+            }
+            // poll failed (ENOMEM): the socket alone, as without a pidfd.
+            Err(_) => Next::Message,
         }
     }
 }

@@ -836,3 +836,352 @@ fn hostile_a_service_id_is_free_for_other_processes_once_unlisten_returns() {
         "B's ib_cm_listen got -EBUSY after A's destroy had returned"
     );
 }
+
+// ---- Issue 12 (branch switch-findings): each test below failed on main
+// d3a394d; see the report for the failure it printed.
+
+impl Client {
+    fn unlisten(&self, service_id: u64) {
+        self.send(&ToDaemon::Unlisten { service_id });
+    }
+}
+
+#[test]
+fn hostile_listens_per_process_are_capped_with_enomem_logged_once() {
+    let f = Fabric::new(3250, SwitchConfig::default());
+    let log = crate::log::capture::Capture::of(&[&f.device]);
+    let (mut attacker, _) = f.client();
+    let max = super::routing::MAX_LISTENS_PER_PROCESS as u64;
+    for i in 0..max {
+        assert_eq!(attacker.listen(0x10_0000 + i), Ok(0x10_0000 + i));
+    }
+    for i in 0..3 {
+        assert_eq!(
+            attacker.listen(0x20_0000 + i),
+            Err(-libc::ENOMEM),
+            "a process holds more than {max} listens in the daemon"
+        );
+    }
+    assert_eq!(attacker.listen(ASSIGN), Err(-libc::ENOMEM));
+    let refused = log.lines_with(&["ibcmd", "listens", "ENOMEM"]);
+    assert_eq!(refused.len(), 1, "one line per process: {refused:?}");
+    // One freed: room for one more.
+    attacker.unlisten(0x10_0000);
+    assert_eq!(attacker.listen(0x20_0000), Ok(0x20_0000));
+    // Another process is not affected.
+    let (mut other, _) = f.client();
+    assert_eq!(other.listen(0x30_0000), Ok(0x30_0000));
+}
+
+#[test]
+fn listens_of_one_process_on_one_service_id_are_counted() {
+    let f = Fabric::new(3260, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    // Listener X destroyed while listener Y of the same process listens on
+    // the same service ID: Y's Listen reaches the daemon before X's Unlisten.
+    assert_eq!(a.listen(0x6000), Ok(0x6000));
+    assert_eq!(
+        a.listen(0x6000),
+        Ok(0x6000),
+        "-EBUSY from the daemon for a service ID the process itself holds"
+    );
+    a.unlisten(0x6000);
+    a.sync();
+    assert_eq!(b.listen(0x6000), Err(-libc::EBUSY), "still A's (Y)");
+    f.remote_sends(&req(0x91, 0x6000));
+    assert_eq!(attr_of(&a.got()), attr::REQ, "Y's REQ reaches A");
+    a.unlisten(0x6000);
+    a.sync();
+    assert_eq!(b.listen(0x6000), Ok(0x6000), "free once A's count is 0");
+}
+
+#[test]
+fn a_listen_on_a_held_service_id_is_never_refused_and_a_refused_ones_unlisten_is_ignored() {
+    // The invariant that makes the Unlisten after a timed-out Listen exact:
+    // a process's Listen is refused only when it holds no count on the
+    // service ID, and then an Unlisten from it for that ID changes nothing.
+    let f = Fabric::new(3270, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    let max = super::routing::MAX_LISTENS_PER_PROCESS as u64;
+    for i in 0..max {
+        assert_eq!(a.listen(0x40_0000 + i), Ok(0x40_0000 + i));
+    }
+    // At the cap, a Listen on a service ID it holds only counts.
+    assert_eq!(
+        a.listen(0x40_0000),
+        Ok(0x40_0000),
+        "a Listen on a held service ID refused at the cap"
+    );
+    // Refused (cap): its Unlisten is ignored; B may take it after.
+    assert_eq!(a.listen(0x7000), Err(-libc::ENOMEM));
+    a.unlisten(0x7000);
+    a.sync();
+    assert_eq!(b.listen(0x7000), Ok(0x7000));
+    // Refused (another process's): A's Unlisten leaves B's listen alone.
+    let (mut c, _) = f.client();
+    assert_eq!(c.listen(0x7000), Err(-libc::EBUSY));
+    c.unlisten(0x7000);
+    c.sync();
+    assert_eq!(c.listen(0x7000), Err(-libc::EBUSY), "B's listen dropped");
+    f.remote_sends(&req(0x92, 0x7000));
+    assert_eq!(attr_of(&b.got()), attr::REQ);
+    // Two counts: two Unlistens free it.
+    a.unlisten(0x40_0000);
+    a.sync();
+    f.remote_sends(&req(0x93, 0x40_0000));
+    assert_eq!(attr_of(&a.got()), attr::REQ, "one count left");
+    a.unlisten(0x40_0000);
+    a.sync();
+    assert_eq!(c.listen(0x40_0000), Ok(0x40_0000));
+}
+
+#[test]
+fn hostile_a_forked_child_does_not_keep_a_dead_process_registered() {
+    // The process that registered: a real one, which dies below. The
+    // connection's other end stays open in this test process, as in a
+    // child forked after ibcm_open_device that inherited the socket.
+    let mut registrant = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let cred = super::PeerCred {
+        pid: registrant.id() as i32,
+        uid: 4343,
+        gid: 4343,
+    };
+    let f = Fabric::new(3280, SwitchConfig::default());
+    let (inherited, theirs) = SeqPacket::pair().unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve_as(theirs, cred));
+    inherited.set_recv_timeout(Some(WAIT)).unwrap();
+    let mut a = Client {
+        conn: inherited,
+        backlog: VecDeque::new(),
+        seq: 0,
+    };
+    let slice_a = a.register(&f.device).expect("registered");
+    assert_eq!(a.listen(0x9000), Ok(0x9000));
+    a.send_mad(&dreq(slice_a.base | 2, 0x10), &remote_addr(&f));
+    a.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::DREQ);
+
+    registrant.kill().unwrap();
+    registrant.wait().unwrap();
+    for _ in 0..1000 {
+        if f.switch.counter(SwitchCounter::Gone) >= 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        f.switch.counter(SwitchCounter::Gone),
+        1,
+        "the process that registered died 10 s ago, but the socket a child \
+         inherited keeps its slice and listens"
+    );
+    let (mut b, _) = f.client();
+    assert_eq!(b.listen(0x9000), Ok(0x9000), "the dead process's listen");
+    f.remote_sends(&dreq(0x32, slice_a.base | 2));
+    let drep = Drep::decode(&f.remote_got()).unwrap();
+    assert_eq!(drep.local_comm_id, slice_a.base | 2, "a stateless DREP");
+    // The daemon ended the connection: the child sees it closed.
+    let mut buf = [0u8; 64];
+    assert_eq!(a.conn.recv(&mut buf).map_err(|e| e.kind()), Ok(0));
+}
+
+/// A daemon that answers `Listen` only when told: what a stuck `ibcmd`
+/// looks like to a process.
+struct SlowDaemon {
+    conn: SeqPacket,
+    socket: std::path::PathBuf,
+}
+
+impl SlowDaemon {
+    /// Registers the transport of `device` with it; the transport waits
+    /// `timeout` for an answer.
+    fn start(
+        device: &str,
+        timeout: Duration,
+    ) -> (Self, Arc<crate::transport::switch::SwitchTransport>) {
+        let socket =
+            std::env::temp_dir().join(format!("ibcmd-{device}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let listener = SeqPacket::listen(&socket).unwrap();
+        crate::transport::switch::TEST_SOCKETS
+            .lock()
+            .push((device.to_owned(), socket.clone()));
+        let accepted = std::thread::spawn(move || {
+            let conn = listener.accept().unwrap();
+            conn.set_recv_timeout(Some(WAIT)).unwrap();
+            let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
+            let n = conn.recv(&mut buf).unwrap();
+            assert!(matches!(
+                ToDaemon::decode(&buf[..n]),
+                Ok(ToDaemon::Register { .. })
+            ));
+            let answer = ToClient::Registered {
+                status: 0,
+                slice: IdSlice {
+                    base: 0x0010_0000,
+                    bits: 20,
+                },
+                device: DeviceInfo::default(),
+            };
+            conn.send(&answer.encode(), true).unwrap();
+            conn
+        });
+        let registered = crate::transport::switch::register(device).unwrap().unwrap();
+        let recv: RecvFn = Arc::new(|_, _, _| {});
+        let t = crate::transport::switch::SwitchTransport::start(device, registered, recv).unwrap();
+        t.set_answer_timeout(timeout);
+        let conn = accepted.join().unwrap();
+        (Self { conn, socket }, t)
+    }
+
+    fn next(&self) -> ToDaemon {
+        let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
+        let n = self
+            .conn
+            .recv(&mut buf)
+            .expect("a message of the process within 10 s");
+        ToDaemon::decode(&buf[..n]).expect("well-formed")
+    }
+
+    fn reply(&self, msg: &ToClient) {
+        self.conn.send(&msg.encode(), true).unwrap();
+    }
+}
+
+impl Drop for SlowDaemon {
+    fn drop(&mut self) {
+        crate::transport::switch::TEST_SOCKETS
+            .lock()
+            .retain(|(_, p)| *p != self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[test]
+fn hostile_a_listen_granted_after_its_caller_gave_up_is_undone() {
+    let (daemon, t) = SlowDaemon::start("slowlisten0", Duration::from_millis(100));
+    // Listen, answered after the caller got -ETIMEDOUT: an explicit service
+    // ID, then IB_CM_ASSIGN_SERVICE_ID (whose ID only the answer tells).
+    for (asked, granted) in [(0x8000, 0x8000), (ASSIGN, ASSIGN + 5)] {
+        let (tx, rx) = channel();
+        let t2 = t.clone();
+        std::thread::spawn(move || tx.send(t2.listen(asked)).unwrap());
+        let ToDaemon::Listen {
+            seq, service_id, ..
+        } = daemon.next()
+        else {
+            panic!("not a Listen");
+        };
+        assert_eq!(service_id, asked);
+        assert_eq!(
+            rx.recv_timeout(WAIT).unwrap(),
+            Err(crate::errno::Errno(libc::ETIMEDOUT))
+        );
+        daemon.reply(&ToClient::Listened {
+            seq,
+            status: 0,
+            service_id: granted,
+        });
+        let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
+        let undone = daemon
+            .conn
+            .recv(&mut buf)
+            .ok()
+            .and_then(|n| ToDaemon::decode(&buf[..n]).ok());
+        assert_eq!(
+            undone,
+            Some(ToDaemon::Unlisten {
+                service_id: granted
+            }),
+            "a listen the daemon granted after the caller's -ETIMEDOUT stays \
+             registered for the process's lifetime"
+        );
+    }
+    // Refused late: nothing to undo. The next message is the Unlisten of
+    // the listen after it, which the reader answered after the refusal.
+    let (tx, rx) = channel();
+    let t2 = t.clone();
+    std::thread::spawn(move || tx.send(t2.listen(0x8001)).unwrap());
+    let ToDaemon::Listen { seq, .. } = daemon.next() else {
+        panic!("not a Listen");
+    };
+    assert!(rx.recv_timeout(WAIT).unwrap().is_err());
+    daemon.reply(&ToClient::Listened {
+        seq,
+        status: -libc::EBUSY,
+        service_id: 0x8001,
+    });
+    let t2 = t.clone();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        tx.send(t2.listen(0x8002)).unwrap();
+        t2.unlisten(0x8002);
+    });
+    let ToDaemon::Listen { seq, .. } = daemon.next() else {
+        panic!("not a Listen");
+    };
+    daemon.reply(&ToClient::Listened {
+        seq,
+        status: 0,
+        service_id: 0x8002,
+    });
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), Ok(Some(0x8002)));
+    assert_eq!(
+        daemon.next(),
+        ToDaemon::Unlisten { service_id: 0x8002 },
+        "an Unlisten for a listen the daemon refused"
+    );
+    t.close();
+}
+
+#[test]
+fn what_a_process_queued_before_it_exited_is_still_handled() {
+    // Its last messages (the DREQs of ib_destroy_cm_id just before exit)
+    // wait on the socket when its exit makes the pidfd readable.
+    let mut registrant = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let cred = super::PeerCred {
+        pid: registrant.id() as i32,
+        uid: 4344,
+        gid: 4344,
+    };
+    registrant.kill().unwrap(); // a zombie until waited for: its pid stays
+    let f = Fabric::new(3290, SwitchConfig::default());
+    let (inherited, theirs) = SeqPacket::pair().unwrap();
+    inherited.set_recv_timeout(Some(WAIT)).unwrap();
+    let mut a = Client {
+        conn: inherited,
+        backlog: VecDeque::new(),
+        seq: 0,
+    };
+    a.send(&ToDaemon::Register {
+        pid: cred.pid as u32,
+        device: f.device.clone(),
+    });
+    a.send(&ToDaemon::Listen {
+        seq: 1,
+        service_id: 0xa000,
+        mask: u64::MAX,
+        port: 0,
+    });
+    a.send(&ToDaemon::Stats { seq: 2 });
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve_as(theirs, cred));
+    assert!(matches!(a.next(), ToClient::Registered { status: 0, .. }));
+    assert!(matches!(a.next(), ToClient::Listened { status: 0, .. }));
+    assert!(matches!(a.next(), ToClient::Stats { seq: 2, .. }));
+    let mut buf = [0u8; 64];
+    assert_eq!(a.conn.recv(&mut buf).map_err(|e| e.kind()), Ok(0));
+    wait_counter(&f.switch, SwitchCounter::Gone, 1);
+    let (mut b, _) = f.client();
+    assert_eq!(b.listen(0xa000), Ok(0xa000));
+    registrant.wait().unwrap();
+}

@@ -127,7 +127,17 @@ fn recv_answer(conn: &SeqPacket) -> std::io::Result<Vec<u8>> {
 }
 
 /// Calls waiting for the daemon's answer, by sequence number.
-type Pending = Mutex<HashMap<u32, SyncSender<(i32, u64)>>>;
+type Pending = Mutex<HashMap<u32, Waiter>>;
+
+/// What the daemon's answer to a sequence number is for.
+enum Waiter {
+    /// A call waiting for it.
+    Call(SyncSender<(i32, u64)>),
+    /// A Listen whose caller got `-ETIMEDOUT`: if the daemon grants it after
+    /// all, the reader gives it back (an Unlisten), else it would hold the
+    /// service ID for the process's lifetime with no listener behind it.
+    GaveUpListen,
+}
 
 /// The transport of one device served by the daemon.
 pub struct SwitchTransport {
@@ -137,6 +147,8 @@ pub struct SwitchTransport {
     dead: Arc<AtomicBool>,
     pending: Arc<Pending>,
     next_seq: AtomicU32,
+    /// [`ANSWER_TIMEOUT`]; shorter in tests of a stuck daemon.
+    answer_timeout: Mutex<Duration>,
     reader: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -149,6 +161,7 @@ impl SwitchTransport {
             dead: Arc::new(AtomicBool::new(false)),
             pending: Arc::default(),
             next_seq: AtomicU32::new(1),
+            answer_timeout: Mutex::new(ANSWER_TIMEOUT),
             reader: Mutex::new(None),
         });
         let reader = Reader {
@@ -169,20 +182,40 @@ impl SwitchTransport {
         Ok(transport)
     }
 
+    /// How long calls wait for the daemon's answer (tests of a stuck daemon).
+    #[cfg(test)]
+    pub fn set_answer_timeout(&self, timeout: Duration) {
+        *self.answer_timeout.lock() = timeout;
+    }
+
     /// Sends the message `make` builds with a new sequence number and waits
     /// for the daemon's answer to it (a listen's status and service ID).
-    fn ask(&self, make: impl FnOnce(u32) -> ToDaemon) -> CmResult<(i32, u64)> {
+    /// When none comes in time, a Listen (`listen`) is marked given up.
+    fn ask(&self, listen: bool, make: impl FnOnce(u32) -> ToDaemon) -> CmResult<(i32, u64)> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = sync_channel(1);
-        self.pending.lock().insert(seq, tx);
-        let answer = self.post(&make(seq)).and_then(|()| {
-            rx.recv_timeout(ANSWER_TIMEOUT).map_err(|e| match e {
-                RecvTimeoutError::Timeout => ETIMEDOUT,
-                RecvTimeoutError::Disconnected => ENODEV,
-            })
-        });
-        self.pending.lock().remove(&seq);
-        answer
+        self.pending.lock().insert(seq, Waiter::Call(tx));
+        if let Err(e) = self.post(&make(seq)) {
+            self.pending.lock().remove(&seq);
+            return Err(e);
+        }
+        let timeout = *self.answer_timeout.lock();
+        match rx.recv_timeout(timeout) {
+            Ok(answer) => return Ok(answer),
+            Err(RecvTimeoutError::Disconnected) => return Err(ENODEV),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let mut pending = self.pending.lock();
+        if pending.remove(&seq).is_none() {
+            // The reader took our place, and answered under this lock (or
+            // the connection ended): the answer came just in time.
+            drop(pending);
+            return rx.try_recv().map_err(|_| ENODEV);
+        }
+        if listen {
+            pending.insert(seq, Waiter::GaveUpListen);
+        }
+        Err(ETIMEDOUT)
     }
 
     fn post(&self, msg: &ToDaemon) -> CmResult {
@@ -230,12 +263,37 @@ impl Reader {
         self.daemon_gone();
     }
 
-    /// Hands the daemon's answer to the call waiting for it.
+    /// Hands the daemon's answer to the call waiting for it; gives back a
+    /// listen granted after its caller gave up. The daemon counts a
+    /// process's Listens and Unlistens per service ID, so this Unlisten
+    /// undoes exactly that grant, whatever the process's other listeners
+    /// on the service ID did meanwhile; a refused Listen needs none.
     fn answer(&self, seq: u32, answer: (i32, u64)) {
-        if let Some(pending) = self.pending.upgrade() {
-            if let Some(waiter) = pending.lock().remove(&seq) {
+        let Some(pending) = self.pending.upgrade() else {
+            return;
+        };
+        let mut pending = pending.lock();
+        match pending.remove(&seq) {
+            // Under the lock: a caller that times out meanwhile finds it.
+            Some(Waiter::Call(waiter)) => {
                 let _ = waiter.try_send(answer);
             }
+            Some(Waiter::GaveUpListen) if answer.0 == 0 => {
+                drop(pending);
+                let service_id = answer.1;
+                let unlisten = ToDaemon::Unlisten { service_id };
+                // Waits at most the connection's send timeout
+                // (ANSWER_TIMEOUT): the daemon reads, or it is stuck.
+                if let Err(e) = self.conn.send(&unlisten.encode(), true) {
+                    ibcm_log!(
+                        Warn,
+                        "{}: cannot give back service ID {service_id:#x}, granted by the CM MAD \
+                         switch after ib_cm_listen gave up: {e}",
+                        self.device
+                    );
+                }
+            }
+            Some(Waiter::GaveUpListen) | None => {}
         }
     }
 
@@ -270,7 +328,7 @@ impl MadTransport for SwitchTransport {
     }
 
     fn listen(&self, service_id: u64) -> CmResult<Option<u64>> {
-        let answer = self.ask(|seq| ToDaemon::Listen {
+        let answer = self.ask(true, |seq| ToDaemon::Listen {
             seq,
             service_id,
             mask: u64::MAX,
@@ -288,7 +346,7 @@ impl MadTransport for SwitchTransport {
         if self.post(&ToDaemon::Unlisten { service_id }).is_ok() {
             // The daemon handles a process's messages in order: the answer
             // to this one says the Unlisten is done.
-            let _ = self.ask(|seq| ToDaemon::Stats { seq });
+            let _ = self.ask(false, |seq| ToDaemon::Stats { seq });
         }
     }
 
