@@ -46,6 +46,10 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
     };
     let key = (Arc::as_ptr(&id.device) as usize, service_id);
     if t.listen.contains_key(&key) {
+        // Another listener of this process holds it: give back the grant
+        // (a round trip to the daemon) without the table lock, which every
+        // received MAD takes.
+        drop((t, l));
         if switched.is_some() {
             id.device.switch_unlisten(service_id);
         }
@@ -99,7 +103,11 @@ pub fn insert_listen(
         let mut l = id.lock();
         let mut t = tables();
         if t.listen.contains_key(&key) {
+            // Another caller inserted it first: share theirs, and give
+            // back the daemon's grant to this one (it counts them per
+            // process), or the service ID stays held after the last user.
             drop((t, l));
+            device.switch_unlisten(service_id);
             forget_unfinalized(&id);
             continue;
         }

@@ -95,3 +95,54 @@ fn a_connection_through_the_switch_uses_the_slice_and_disconnects_with_private_d
     });
     pair.finish(&[&passive, &other]);
 }
+
+/// `ib_cm_insert_listen` racing itself through the switch: both callers ask
+/// the daemon, one inserts the listener and the other shares it, so the
+/// loser's grant must be given back. The daemon counts a process's listens
+/// per service ID: a grant never given back keeps the service ID from every
+/// other process after the shared listener's last user destroyed it.
+#[test]
+fn insert_listen_racing_itself_gives_back_the_losers_listen() {
+    use crate::cm::insert_listen;
+    use crate::switch::PeerCred;
+    const SHARED: u64 = 0x5ea2;
+    let daemon = Daemon::start(3201);
+    let b = super::super::open_device(&daemon.name).unwrap();
+    let pair = Pair::open(b);
+    let h = pair.rec.handler();
+    let (conn, _) = SeqPacket::pair().unwrap();
+    let cred = PeerCred {
+        pid: 4343,
+        uid: 4343,
+        gid: 4343,
+    };
+    let (other, _, _) = daemon
+        .switch
+        .register(Arc::new(conn), cred, &daemon.name)
+        .unwrap();
+    for round in 0..40 {
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let (device, h, barrier) = (pair.b.clone(), h.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    insert_listen(&device, h, 0x1111, SHARED).unwrap()
+                })
+            })
+            .collect();
+        let ids: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(ids[0].addr(), ids[1].addr(), "round {round}: one listener");
+        for id in &ids {
+            super::super::destroy_id(id, 0);
+        }
+        assert_eq!(
+            daemon.switch.listen(other, SHARED, u64::MAX, 0),
+            Ok(SHARED),
+            "round {round}: the destroyed shared listener's service ID is still held in the daemon"
+        );
+        daemon.switch.unlisten(other, SHARED);
+    }
+    daemon.switch.unregister(other);
+    pair.finish(&[]);
+}
