@@ -110,6 +110,12 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
         // `cm_send_handler` books it as sent with the failed MAD: the
         // totals are the kernel's (1 + retries messages, retries retries).
         id.device.count(av.port_num, Counter::TxMsgs, attr_id);
+        if id.device.is_lost() {
+            // The MAD switch went away: the flush queued with the news
+            // (`lost::device_lost_handler`) completes this MAD, with
+            // IB_WC_WR_FLUSH_ERR like every other id's, and only once.
+            return;
+        }
     }
     if let Some(msg) = l.inner.msg.take() {
         trace::timeout(&l, &msg.mad);

@@ -153,7 +153,10 @@ fn expect_flush(
     let got = pair.rec.wait(Some(id), event);
     assert_eq!(got.send_status, Some(ib_wc_status::IB_WC_WR_FLUSH_ERR));
     assert_eq!(got.state, state);
-    assert!(id.lock().inner.msg.is_none(), "a tracked MAD left to resend");
+    assert!(
+        id.lock().inner.msg.is_none(),
+        "a tracked MAD left to resend"
+    );
     before
 }
 
@@ -171,13 +174,7 @@ fn expect_no_more(pair: &Pair, id: &Arc<CmIdPriv>, before: usize, after: &[ib_cm
 fn daemon_gone_established_gets_dreq_error_then_timewait_exit() {
     let (daemon, pair) = switched_pair(3201);
     let passive = pair.connect();
-    let before = expect_flush(
-        &pair,
-        daemon,
-        &passive,
-        IB_CM_DREQ_ERROR,
-        IB_CM_TIMEWAIT,
-    );
+    let before = expect_flush(&pair, daemon, &passive, IB_CM_DREQ_ERROR, IB_CM_TIMEWAIT);
     pair.rec.wait(Some(&passive), IB_CM_TIMEWAIT_EXIT);
     assert_eq!(passive.state(), IB_CM_IDLE);
     expect_no_more(
@@ -259,13 +256,7 @@ fn daemon_gone_dreq_sent_gets_one_dreq_error_though_its_retry_was_armed() {
     pair.rec.wait(Some(&pair.active), IB_CM_DREQ_RECEIVED);
     assert_eq!(passive.state(), IB_CM_DREQ_SENT);
     assert!(passive.lock().inner.msg.is_some(), "the DREQ is tracked");
-    let before = expect_flush(
-        &pair,
-        daemon,
-        &passive,
-        IB_CM_DREQ_ERROR,
-        IB_CM_TIMEWAIT,
-    );
+    let before = expect_flush(&pair, daemon, &passive, IB_CM_DREQ_ERROR, IB_CM_TIMEWAIT);
     pair.rec.wait(Some(&passive), IB_CM_TIMEWAIT_EXIT);
     expect_no_more(
         &pair,
@@ -276,6 +267,52 @@ fn daemon_gone_dreq_sent_gets_one_dreq_error_though_its_retry_was_armed() {
     pair.finish(&[&passive]);
 }
 
+/// The worker is busy when the daemon dies, and the DREQ's retransmission
+/// falls due before it reaches the flush: the failed resend leaves the MAD
+/// to the flush, so the one event is still IB_WC_WR_FLUSH_ERR.
+#[test]
+fn daemon_gone_a_retry_due_before_the_flush_leaves_the_mad_to_it() {
+    let (daemon, pair) = switched_pair(3212);
+    send_req_and_establish(&pair);
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    send_dreq(&passive, None).unwrap(); // A never answers (DREQ_RCVD)
+    let retry_due = Instant::now() + Duration::from_millis(passive.lock().inner.timeout_ms.into());
+    // A handler that holds the worker until the retry is due.
+    let (started, release) = (
+        Arc::new(std::sync::Barrier::new(2)),
+        Arc::new(std::sync::Barrier::new(2)),
+    );
+    let (s, r) = (started.clone(), release.clone());
+    let blocker = super::super::create_id(
+        &pair.a,
+        Arc::new(move |_, _| {
+            s.wait();
+            r.wait();
+            0
+        }),
+    )
+    .unwrap();
+    super::super::worker::queue_event(&blocker, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    started.wait();
+    let before = pair.rec.events_of(&passive).len();
+    drop(daemon);
+    wait_until("B's transport reports the loss", || pair.b.is_lost());
+    std::thread::sleep(
+        retry_due.saturating_duration_since(Instant::now()) + Duration::from_millis(20),
+    );
+    release.wait();
+    let got = pair.rec.wait(Some(&passive), IB_CM_DREQ_ERROR);
+    assert_eq!(got.send_status, Some(ib_wc_status::IB_WC_WR_FLUSH_ERR));
+    pair.rec.wait(Some(&passive), IB_CM_TIMEWAIT_EXIT);
+    expect_no_more(
+        &pair,
+        &passive,
+        before,
+        &[IB_CM_DREQ_ERROR, IB_CM_TIMEWAIT_EXIT],
+    );
+    pair.finish(&[&passive, &blocker]);
+}
+
 #[test]
 fn daemon_gone_dreq_rcvd_gets_dreq_error_and_timewait() {
     let (daemon, pair) = switched_pair(3207);
@@ -283,13 +320,7 @@ fn daemon_gone_dreq_rcvd_gets_dreq_error_and_timewait() {
     send_dreq(&pair.active, None).unwrap(); // B never answers
     pair.rec.wait(Some(&passive), IB_CM_DREQ_RECEIVED);
     assert_eq!(passive.state(), IB_CM_DREQ_RCVD);
-    let before = expect_flush(
-        &pair,
-        daemon,
-        &passive,
-        IB_CM_DREQ_ERROR,
-        IB_CM_TIMEWAIT,
-    );
+    let before = expect_flush(&pair, daemon, &passive, IB_CM_DREQ_ERROR, IB_CM_TIMEWAIT);
     pair.rec.wait(Some(&passive), IB_CM_TIMEWAIT_EXIT);
     expect_no_more(
         &pair,
@@ -355,6 +386,42 @@ fn daemon_gone_listener_idle_and_sidr_req_rcvd_get_nothing() {
     let p = crate::cm::SidrRepParams::default();
     assert_eq!(crate::cm::send_sidr_rep(&sidr_b, &p), Err(ENODEV));
     pair.finish(&[&idle, &sidr_b]);
+}
+
+/// In FD mode the flush event waits in B's own queue: its handler runs in
+/// `ibcm_process_events` on the application's thread, not on the worker.
+#[test]
+fn daemon_gone_in_fd_mode_the_event_waits_for_process_events() {
+    use crate::abi::ibcm_event_mode::IBCM_EVENTS_FD;
+    use crate::cm::worker::process_device_events;
+    let daemon = Daemon::start(3211);
+    let b = super::super::open_device(&daemon.name).unwrap();
+    super::super::set_event_mode(&b, IBCM_EVENTS_FD).unwrap();
+    let pair = Pair::open(b);
+    super::super::send_req(&pair.active, &pair.req_params()).unwrap();
+    wait_until("B is established", || {
+        process_device_events(&pair.b, 16).unwrap();
+        pair.rec.count(IB_CM_RTU_RECEIVED) == 1
+    });
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    let before = pair.rec.events_of(&passive).len();
+    drop(daemon);
+    // The flush moved the id (under its lock, before queueing the event).
+    wait_state(&passive, IB_CM_TIMEWAIT);
+    assert!(super::super::worker::wait_for_queued_work(WAIT));
+    assert_eq!(
+        pair.rec.events_of(&passive).len(),
+        before,
+        "ran on the worker"
+    );
+    assert!(process_device_events(&pair.b, 1).unwrap() == 1);
+    let got = pair.rec.wait(Some(&passive), IB_CM_DREQ_ERROR);
+    assert_eq!(got.send_status, Some(ib_wc_status::IB_WC_WR_FLUSH_ERR));
+    wait_until("TIMEWAIT_EXIT is delivered", || {
+        process_device_events(&pair.b, 16).unwrap();
+        pair.rec.events_of(&passive)[before..] == [IB_CM_DREQ_ERROR, IB_CM_TIMEWAIT_EXIT]
+    });
+    pair.finish(&[&passive]);
 }
 
 /// The daemon dies while another thread destroys half of B's established
