@@ -3,7 +3,7 @@
 //! `loopN` is a device of the in-process fabric; any other name is an RDMA
 //! device under `/sys/class/infiniband`, reached through libibumad.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
@@ -21,7 +21,7 @@ use crate::transport::loopback::{LoopIdentity, LoopTransport};
 use crate::transport::switch::{Registered, SwitchTransport};
 use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
 use crate::transport::umad::UmadTransport;
-use crate::transport::{MadAddr, MadTransport, RecvFn};
+use crate::transport::{LostFn, MadAddr, MadTransport, RecvFn};
 use crate::wire::Mad;
 
 /// IB MTU 4096 (`IB_MTU_4096`), what loop ports report.
@@ -107,6 +107,10 @@ pub struct Device {
     /// Set once by `close`. Every send holds it for reading, so close waits
     /// for a send in progress and no send reaches the transport after it.
     closed: RwLock<bool>,
+    /// Set once when the transport reports its way to the wire gone for
+    /// good (the MAD switch daemon died), before the flush of the ids is
+    /// queued.
+    lost: AtomicBool,
     /// One set per port, in `ports` order.
     counters: Vec<PortCounters>,
     /// How many cm_ids of this device exist; it cannot close before they go.
@@ -137,7 +141,7 @@ impl Device {
                     return Self::open_switched(name, registered);
                 }
                 let (sys, identity) = rdma_identity(name)?;
-                Self::open_with(name, identity, |recv| {
+                Self::open_with(name, identity, |recv, _| {
                     Ok(UmadTransport::open(&sys, recv)? as Arc<dyn MadTransport>)
                 })
             }
@@ -152,8 +156,8 @@ impl Device {
             ack_delay: registered.device.ack_delay,
             ports: registered.device.ports.clone(),
         };
-        Self::open_with(name, identity, |recv| {
-            Ok(SwitchTransport::start(name, registered, recv)? as Arc<dyn MadTransport>)
+        Self::open_with(name, identity, |recv, lost| {
+            Ok(SwitchTransport::start(name, registered, recv, lost)? as Arc<dyn MadTransport>)
         })
     }
 
@@ -187,7 +191,7 @@ impl Device {
                 }],
             }],
         };
-        Self::open_with(name, identity, |recv| {
+        Self::open_with(name, identity, |recv, _| {
             Ok(LoopTransport::open(me, recv)? as Arc<dyn MadTransport>)
         })
     }
@@ -209,15 +213,18 @@ impl Device {
     }
 
     /// Builds the device around the transport `open` makes; received MADs go
-    /// to the worker with a reference to this device.
+    /// to the worker with a reference to this device, and so does the news
+    /// that the transport lost the wire (umad and loop transports never
+    /// report it: a removed umad port fails its sends instead).
     fn open_with(
         name: &str,
         identity: Identity,
-        open: impl FnOnce(RecvFn) -> CmResult<Arc<dyn MadTransport>>,
+        open: impl FnOnce(RecvFn, LostFn) -> CmResult<Arc<dyn MadTransport>>,
     ) -> CmResult<Arc<Device>> {
         let mut result = Ok(());
         let device = Arc::new_cyclic(|weak: &Weak<Device>| {
             let me = weak.clone();
+            let gone = weak.clone();
             let weak = weak.clone();
             let recv: RecvFn = Arc::new(move |port, addr, mad| {
                 if let Some(device) = weak.upgrade() {
@@ -230,7 +237,13 @@ impl Device {
                     }
                 }
             });
-            let transport = open(recv).unwrap_or_else(|e| {
+            let lost: LostFn = Arc::new(move || {
+                if let Some(device) = gone.upgrade() {
+                    device.lost.store(true, Ordering::Release);
+                    worker::queue_device_lost(device);
+                }
+            });
+            let transport = open(recv, lost).unwrap_or_else(|e| {
                 result = Err(e);
                 Arc::new(ClosedTransport)
             });
@@ -248,6 +261,7 @@ impl Device {
                 me,
                 transport,
                 closed: RwLock::new(false),
+                lost: AtomicBool::new(false),
                 ids: AtomicUsize::new(0),
                 rx_queued: AtomicUsize::new(0),
                 rx_queue_cap: AtomicUsize::new(worker::RX_QUEUE_CAP),
@@ -392,6 +406,12 @@ impl Device {
         query::flush(self as *const Device as usize);
         // Events of destroyed ids only; dropped after the queue's lock.
         drop(self.events.close());
+    }
+
+    /// Whether the transport lost the wire for good (the MAD switch daemon
+    /// died): its ids in progress are flushed (`lost::device_lost_handler`).
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
     }
 
     /// Whether `close` has begun: received MADs still queued are dropped.

@@ -22,6 +22,7 @@ pub mod fuzzing;
 pub mod id;
 mod lap;
 mod listen;
+mod lost;
 mod mra;
 pub mod path;
 pub mod qp_attr;

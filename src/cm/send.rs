@@ -86,6 +86,12 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     let Some(msg) = timed_msg(&mut l, timer) else {
         return;
     };
+    if id.device.is_lost() {
+        // The MAD switch went away: the flush queued with the news
+        // (`lost::device_lost_handler`) completes this MAD, with
+        // IB_WC_WR_FLUSH_ERR like every other id's, and only once.
+        return;
+    }
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);

@@ -27,7 +27,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
-use super::{destroy, listen, recv, send, timewait};
+use super::{destroy, listen, lost, recv, send, timewait};
 use crate::errno::{CmResult, EDEADLK, EINVAL, Errno};
 use crate::ibcm_log;
 use crate::timer::{TimerId, Timers};
@@ -58,6 +58,9 @@ pub enum Work {
     Barrier(SyncSender<()>),
     /// The callback of a finished SA query (`crate::sa::query`).
     SaCallback(Box<dyn FnOnce() + Send>),
+    /// The device's transport lost the wire for good: flush its ids
+    /// (`lost::device_lost_handler`), after the MADs it received before.
+    DeviceLost(Arc<Device>),
 }
 
 /// What a timer does when it fires.
@@ -107,7 +110,9 @@ fn push(work: Work) {
         let mut q = queue.lock();
         match work {
             Work::Deliver { .. } | Work::SaCallback(_) => q.events.push_back(work),
-            Work::Recv { .. } | Work::Checked { .. } | Work::Barrier(_) => q.work.push_back(work),
+            Work::Recv { .. } | Work::Checked { .. } | Work::Barrier(_) | Work::DeviceLost(_) => {
+                q.work.push_back(work)
+            }
         }
     }
     PUSHED.fetch_add(1, Ordering::Release);
@@ -135,6 +140,11 @@ pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
         addr,
         mad,
     });
+}
+
+/// Queues the flush of `device`'s ids: its transport lost the wire for good.
+pub fn queue_device_lost(device: Arc<Device>) {
+    push(Work::DeviceLost(device));
 }
 
 /// Queues `event` for `id`'s handler (`cm_queue_work_unlock`).
@@ -432,6 +442,9 @@ fn run_work(work: Work) {
         }
         Work::SaCallback(callback) => {
             contain("an SA callback", callback);
+        }
+        Work::DeviceLost(device) => {
+            contain("a lost device", || lost::device_lost_handler(&device));
         }
         Work::Checked { id, check } => {
             contain("an event", || {

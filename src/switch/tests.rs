@@ -809,7 +809,8 @@ fn hostile_a_service_id_is_free_for_other_processes_once_unlisten_returns() {
             .unwrap()
             .unwrap();
         let recv: RecvFn = Arc::new(|_, _, _| {});
-        crate::transport::switch::SwitchTransport::start(&f.device, registered, recv).unwrap()
+        let lost = Arc::new(|| {});
+        crate::transport::switch::SwitchTransport::start(&f.device, registered, recv, lost).unwrap()
     };
     let (a, b) = (open(), open());
     let mut busy = 0;
@@ -1034,7 +1035,13 @@ impl SlowDaemon {
         });
         let registered = crate::transport::switch::register(device).unwrap().unwrap();
         let recv: RecvFn = Arc::new(|_, _, _| {});
-        let t = crate::transport::switch::SwitchTransport::start(device, registered, recv).unwrap();
+        let t = crate::transport::switch::SwitchTransport::start(
+            device,
+            registered,
+            recv,
+            Arc::new(|| {}),
+        )
+        .unwrap();
         t.set_answer_timeout(timeout);
         let conn = accepted.join().unwrap();
         (Self { conn, socket }, t)

@@ -35,6 +35,11 @@ pub struct MadAddr {
 /// the very buffer the sender keeps for retransmission.
 pub type RecvFn = Arc<dyn Fn(u8, MadAddr, Arc<Mad>) + Send + Sync>;
 
+/// Called once by a transport whose way to the wire is gone for good while
+/// the device is open (the MAD switch daemon went away), never for `close`.
+/// The engine then flushes every cm_id of the device in progress.
+pub type LostFn = Arc<dyn Fn() + Send + Sync>;
+
 /// The part of the local communication ID space a process may use when
 /// several share a port through the MAD switch (`ibcmd`): the IDs whose top
 /// `32 - bits` bits are those of `base`.

@@ -6,7 +6,9 @@
 //!
 //! When no daemon runs (no socket, or nobody behind it) the device is opened
 //! through umad as before. When the daemon goes away, the reader logs it once
-//! and the device behaves like a removed one: sends fail with `-ENODEV`.
+//! and tells the engine (a [`LostFn`]): every cm_id of the device with a
+//! connection or request in progress gets its error event, and sends fail
+//! with `-ENODEV` from then on.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{IdSlice, MadAddr, MadTransport, RecvFn};
+use super::{IdSlice, LostFn, MadAddr, MadTransport, RecvFn};
 use crate::errno::{CmResult, EIO, ENODEV, Errno};
 
 const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
@@ -153,8 +155,14 @@ pub struct SwitchTransport {
 }
 
 impl SwitchTransport {
-    /// Starts receiving for `device` with `recv`.
-    pub fn start(device: &str, registered: Registered, recv: RecvFn) -> CmResult<Arc<Self>> {
+    /// Starts receiving for `device` with `recv`; `lost` is called if the
+    /// daemon goes away before `close`.
+    pub fn start(
+        device: &str,
+        registered: Registered,
+        recv: RecvFn,
+        lost: LostFn,
+    ) -> CmResult<Arc<Self>> {
         let transport = Arc::new(Self {
             conn: Arc::new(registered.conn),
             slice: registered.slice,
@@ -170,6 +178,7 @@ impl SwitchTransport {
             pending: Arc::downgrade(&transport.pending),
             device: device.to_owned(),
             recv,
+            lost,
         };
         let thread = std::thread::Builder::new()
             .name(format!("ibcm-switch-{device}"))
@@ -239,6 +248,7 @@ struct Reader {
     pending: Weak<Pending>,
     device: String,
     recv: RecvFn,
+    lost: LostFn,
 }
 
 impl Reader {
@@ -306,10 +316,12 @@ impl Reader {
         if !closing {
             ibcm_log!(
                 Error,
-                "{}: the CM MAD switch (ibcmd) went away: its CM MADs fail with -ENODEV from \
+                "{}: the CM MAD switch (ibcmd) went away: its cm_ids in progress get their \
+                 error events (IB_WC_WR_FLUSH_ERR) and its CM MADs fail with -ENODEV from \
                  now on; destroy its cm_ids and close the device",
                 self.device
             );
+            (self.lost)();
         }
     }
 }
