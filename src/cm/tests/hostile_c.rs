@@ -105,7 +105,10 @@ fn hostile_c_fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     assert_eq!(b.id_count(), 1, "the panicked request's id is forgotten");
     assert_eq!(listener.backlog.load(Ordering::SeqCst), 0);
     // Its retransmission is a new request, not a duplicate of the lost one.
-    wait_until("the retransmitted REQ made a new id", || b.id_count() == 2);
+    // The new id is in the tables before its event is queued: wait for both.
+    wait_until("the retransmitted REQ made a new id and its event", || {
+        b.id_count() == 2 && b.events.len() == 1
+    });
     assert_eq!(process_device_events(&b, 1), Ok(1));
     assert_eq!(panics.load(Ordering::SeqCst), 2);
     assert_eq!(b.id_count(), 1);
