@@ -1006,6 +1006,15 @@ impl SlowDaemon {
         device: &str,
         timeout: Duration,
     ) -> (Self, Arc<crate::transport::switch::SwitchTransport>) {
+        Self::start_with(device, timeout, Arc::new(|_, _, _| {}))
+    }
+
+    /// As `start`, the MADs it routes to the process handed to `recv`.
+    fn start_with(
+        device: &str,
+        timeout: Duration,
+        recv: RecvFn,
+    ) -> (Self, Arc<crate::transport::switch::SwitchTransport>) {
         let socket =
             std::env::temp_dir().join(format!("ibcmd-{device}-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
@@ -1034,7 +1043,6 @@ impl SlowDaemon {
             conn
         });
         let registered = crate::transport::switch::register(device).unwrap().unwrap();
-        let recv: RecvFn = Arc::new(|_, _, _| {});
         let t = crate::transport::switch::SwitchTransport::start(
             device,
             registered,
@@ -1191,4 +1199,57 @@ fn what_a_process_queued_before_it_exited_is_still_handled() {
     let (mut b, _) = f.client();
     assert_eq!(b.listen(0xa000), Ok(0xa000));
     registrant.wait().unwrap();
+}
+
+#[test]
+fn hostile12_a_late_grant_given_back_never_stops_the_reader() {
+    // The daemon grants a listen after its caller gave up, while the socket
+    // to it is full (it is slow to read): the reader gives the grant back
+    // without waiting for room, and goes on receiving this process's MADs.
+    let (got_tx, got_rx) = channel();
+    let got_tx = Mutex::new(got_tx);
+    let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
+        let _ = got_tx.lock().unwrap().send(attr_of(&mad));
+    });
+    let (daemon, t) = SlowDaemon::start_with("slowlisten1", Duration::from_millis(100), recv);
+    let (tx, rx) = channel();
+    let t2 = t.clone();
+    std::thread::spawn(move || tx.send(t2.listen(0x8100)).unwrap());
+    let ToDaemon::Listen { seq, .. } = daemon.next() else {
+        panic!("not a Listen");
+    };
+    assert_eq!(
+        rx.recv_timeout(WAIT).unwrap(),
+        Err(crate::errno::Errno(libc::ETIMEDOUT))
+    );
+    let filled = t.fill_socket_to_daemon();
+    assert!(filled > 0, "the socket to the daemon took nothing");
+    daemon.reply(&ToClient::Listened {
+        seq,
+        status: 0,
+        service_id: 0x8100,
+    });
+    daemon.reply(&ToClient::Recv {
+        port: 1,
+        addr: MadAddr::default(),
+        mad: Box::new(dreq(0x33, 0x0010_0002)),
+    });
+    assert_eq!(
+        got_rx
+            .recv_timeout(Duration::from_secs(2))
+            .map(|a| a == attr::DREQ),
+        Ok(true),
+        "the reader waited for room on the full socket to give a late grant \
+         back, and received nothing meanwhile"
+    );
+    // Once the daemon reads again, the grant comes back all the same.
+    let mut given_back = false;
+    for _ in 0..=filled {
+        if daemon.next() == (ToDaemon::Unlisten { service_id: 0x8100 }) {
+            given_back = true;
+            break;
+        }
+    }
+    assert!(given_back, "the late grant was never given back");
+    t.close();
 }

@@ -197,6 +197,19 @@ impl SwitchTransport {
         *self.answer_timeout.lock() = timeout;
     }
 
+    /// Fills the socket to the daemon with Stats requests nobody waits for,
+    /// until a send would block: what a daemon that stopped reading leaves.
+    /// Returns how many were sent.
+    #[cfg(test)]
+    pub fn fill_socket_to_daemon(&self) -> usize {
+        let stats = ToDaemon::Stats { seq: 0 }.encode();
+        let mut sent = 0;
+        while self.conn.send(&stats, false).is_ok() {
+            sent += 1;
+        }
+        sent
+    }
+
     /// Sends the message `make` builds with a new sequence number and waits
     /// for the daemon's answer to it (a listen's status and service ID).
     /// When none comes in time, a Listen (`listen`) is marked given up.
@@ -290,20 +303,41 @@ impl Reader {
             }
             Some(Waiter::GaveUpListen) if answer.0 == 0 => {
                 drop(pending);
-                let service_id = answer.1;
-                let unlisten = ToDaemon::Unlisten { service_id };
-                // Waits at most the connection's send timeout
-                // (ANSWER_TIMEOUT): the daemon reads, or it is stuck.
-                if let Err(e) = self.conn.send(&unlisten.encode(), true) {
-                    ibcm_log!(
-                        Warn,
-                        "{}: cannot give back service ID {service_id:#x}, granted by the CM MAD \
-                         switch after ib_cm_listen gave up: {e}",
-                        self.device
-                    );
-                }
+                self.give_back_listen(answer.1);
             }
             Some(Waiter::GaveUpListen) | None => {}
+        }
+    }
+
+    /// Sends the Unlisten for a listen granted after its caller gave up. The
+    /// reader must never wait for room on the socket: while it waits, no MAD
+    /// of this process is received. When the socket to the daemon is full
+    /// (the daemon is slow), a short thread of its own waits for room, at
+    /// most the connection's send timeout (ANSWER_TIMEOUT).
+    fn give_back_listen(&self, service_id: u64) {
+        let unlisten = ToDaemon::Unlisten { service_id }.encode();
+        match self.conn.send(&unlisten, false) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return log_unlisten_lost(&self.device, service_id, &e),
+            Ok(()) => return,
+        }
+        let conn = self.conn.clone();
+        let dead = self.dead.clone();
+        let device = self.device.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("ibcm-unlisten-{device}"))
+            .spawn(move || {
+                crate::ffi::sys::block_all_signals();
+                // A device closed meanwhile: its listens ended with the
+                // connection, nothing is lost.
+                if let Err(e) = conn.send(&unlisten, true)
+                    && !dead.load(Ordering::Acquire)
+                {
+                    log_unlisten_lost(&device, service_id, &e);
+                }
+            });
+        if let Err(e) = spawned {
+            log_unlisten_lost(&self.device, service_id, &e);
         }
     }
 
@@ -324,6 +358,15 @@ impl Reader {
             (self.lost)();
         }
     }
+}
+
+/// The daemon keeps a listen nobody here uses, until this process leaves it.
+fn log_unlisten_lost(device: &str, service_id: u64, e: &std::io::Error) {
+    ibcm_log!(
+        Warn,
+        "{device}: cannot give back service ID {service_id:#x}, granted by the CM MAD switch \
+         after ib_cm_listen gave up: {e}"
+    );
 }
 
 impl MadTransport for SwitchTransport {
