@@ -185,10 +185,12 @@ fn push_handler_work(id: &Arc<CmIdPriv>, work: Work) {
 ///
 /// `-EINVAL` for `max < 1` or a device not in FD mode; `-EDEADLK` from
 /// inside a handler (of any device): this thread runs that handler, and the
-/// device's turn (or the handler's own id) would wait for it. Two threads
-/// calling it at once take turns.
+/// device's turn (or the handler's own id) would wait for it. Also on the
+/// worker (an SA callback): it would wait for the device's turn, which an
+/// application thread holds while its handler may wait for the worker.
+/// Two threads calling it at once take turns.
 pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
-    if IN_HANDLER.with(|h| h.get()[0] != 0) {
+    if IN_HANDLER.with(|h| h.get()[0] != 0) || on_worker() {
         return Err(EDEADLK);
     }
     let max = usize::try_from(max).map_err(|_| EINVAL)?;

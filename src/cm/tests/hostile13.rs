@@ -1,0 +1,91 @@
+//! Hostile review of issue 13 (event-fd mode, logging, man pages, the late
+//! listen give-back). Each test states what should hold.
+
+use std::sync::atomic::AtomicBool;
+
+use super::*;
+use crate::abi::ibcm_event_mode::IBCM_EVENTS_FD;
+use crate::cm::worker::{process_device_events, queue_event, queue_sa_callback};
+use crate::cm::{close_device, create_id, destroy_id, open_device, set_event_mode};
+use crate::errno::EDEADLK;
+
+/// An SA query's callback runs on the worker and "may call anything"
+/// (docs/threads.md). If it may drain an FD-mode device, the worker waits
+/// for that device's turn, which an application thread holds while one of
+/// its handlers runs; a handler that waits for anything the worker brings
+/// (here: an event of a worker-mode device) then never gets it. The worker
+/// must not take an FD device's turn: `-EDEADLK`, as from a handler.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn hostile13_process_events_from_an_sa_callback_does_not_stall_the_worker() {
+    let fd_dev = open_device(&loop_name()).unwrap();
+    set_event_mode(&fd_dev, IBCM_EVENTS_FD).unwrap();
+    let worker_dev = open_device(&loop_name()).unwrap();
+
+    // A worker-mode id whose event the FD handler waits for.
+    let delivered = Arc::new(AtomicBool::new(false));
+    let worker_id = {
+        let delivered = delivered.clone();
+        let h: Handler = Arc::new(move |_, _| {
+            delivered.store(true, Ordering::SeqCst);
+            0
+        });
+        create_id(&worker_dev, h).unwrap()
+    };
+
+    // The FD handler: signals it runs, then waits (2 s at most) for the
+    // worker-mode event.
+    let in_handler = Arc::new(AtomicBool::new(false));
+    let saw_worker_event = Arc::new(AtomicBool::new(false));
+    let fd_handler: Handler = {
+        let (in_handler, delivered, saw) = (
+            in_handler.clone(),
+            delivered.clone(),
+            saw_worker_event.clone(),
+        );
+        Arc::new(move |_, _| {
+            in_handler.store(true, Ordering::SeqCst);
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(2) {
+                if delivered.load(Ordering::SeqCst) {
+                    saw.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            0
+        })
+    };
+    let fd_id = create_id(&fd_dev, fd_handler).unwrap();
+    queue_event(&fd_id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    let app = {
+        let fd_dev = fd_dev.clone();
+        std::thread::spawn(move || process_device_events(&fd_dev, 1))
+    };
+    wait_until("the FD handler runs", || in_handler.load(Ordering::SeqCst));
+
+    // An SA callback drains the FD device, then the worker-mode event.
+    let from_callback = Arc::new(Mutex::new(None));
+    {
+        let (fd_dev, from_callback) = (fd_dev.clone(), from_callback.clone());
+        queue_sa_callback(Box::new(move || {
+            *from_callback.lock() = Some(process_device_events(&fd_dev, 1));
+        }));
+    }
+    queue_event(&worker_id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+
+    assert_eq!(app.join().unwrap(), Ok(1));
+    assert!(
+        saw_worker_event.load(Ordering::SeqCst),
+        "the worker sat in the SA callback waiting for the FD device's turn: the worker-mode \
+         event came only after the FD handler gave up (callback got {:?})",
+        *from_callback.lock()
+    );
+    wait_until("the SA callback ran", || from_callback.lock().is_some());
+    assert_eq!(*from_callback.lock(), Some(Err(EDEADLK)));
+
+    destroy_id(&fd_id, 0);
+    destroy_id(&worker_id, 0);
+    close_device(&fd_dev).unwrap();
+    close_device(&worker_dev).unwrap();
+}
