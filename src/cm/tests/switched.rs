@@ -147,6 +147,50 @@ fn insert_listen_racing_itself_gives_back_the_losers_listen() {
     pair.finish(&[]);
 }
 
+/// Hostile 13: the errnos `ib_cm_insert_listen` returns through `ibcmd`
+/// are the daemon's, as `ib_cm_listen`'s are: `-EBUSY` when another process
+/// listens on the service ID. Its page listed only EINVAL and EIO; a caller
+/// reading it could not tell "taken elsewhere" from a programming error.
+#[test]
+fn hostile13_insert_listen_through_the_switch_returns_what_its_page_lists() {
+    use crate::cm::insert_listen;
+    use crate::switch::PeerCred;
+    const TAKEN: u64 = 0x5ea3;
+    let daemon = Daemon::start(3214);
+    let b = super::super::open_device(&daemon.name).unwrap();
+    let pair = Pair::open(b);
+    let (conn, _) = SeqPacket::pair().unwrap();
+    let cred = PeerCred {
+        pid: 4344,
+        uid: 4344,
+        gid: 4344,
+    };
+    let (other, _, _) = daemon
+        .switch
+        .register(Arc::new(conn), cred, &daemon.name)
+        .unwrap();
+    assert_eq!(daemon.switch.listen(other, TAKEN, u64::MAX, 0), Ok(TAKEN));
+    let got = insert_listen(&pair.b, pair.rec.handler(), 0x1111, TAKEN).map(|_| ());
+    assert_eq!(got, Err(EBUSY));
+    let page = include_str!("../../../man/man3/ib_cm_insert_listen.3");
+    let errors = page.split(".SH ERRORS").nth(1).unwrap();
+    let errors = errors.split("\n.SH ").next().unwrap();
+    for errno in ["EBUSY", "ENOMEM", "ENODEV", "ETIMEDOUT", "ENOBUFS"] {
+        assert!(
+            errors.contains(&format!(".B {errno}")),
+            "ib_cm_insert_listen(3) ERRORS does not list {errno}"
+        );
+    }
+    let listen_page = include_str!("../../../man/man3/ib_cm_listen.3");
+    assert!(
+        listen_page.contains(".B ENOBUFS"),
+        "ib_cm_listen(3) ERRORS does not list ENOBUFS (the socket to ibcmd stayed full)"
+    );
+    daemon.switch.unlisten(other, TAKEN);
+    daemon.switch.unregister(other);
+    pair.finish(&[]);
+}
+
 // ---- The daemon dies (issue 12): one flush event per id in progress ----
 
 /// How long a tracked MAD waits for its answer here (2^16 · 4.096 µs, about
