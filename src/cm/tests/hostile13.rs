@@ -89,3 +89,23 @@ fn hostile13_process_events_from_an_sa_callback_does_not_stall_the_worker() {
     close_device(&fd_dev).unwrap();
     close_device(&worker_dev).unwrap();
 }
+
+/// Every entry point fails with `-EOWNERDEAD` in a child forked from a
+/// process that opened a device (src/ffi/fork.rs), and only
+/// ibcm_set_event_mode(3) lists it, "see ib_cm(7)"; ib_cm(7) said nothing
+/// of fork or EOWNERDEAD, so the other 32 pages' callers had no word of it.
+#[test]
+fn hostile13_eownerdead_is_in_ib_cm_7_where_the_pages_point() {
+    let overview = include_str!("../../../man/man7/ib_cm.7");
+    let section = overview
+        .split(".SH RETURN VALUES AND BAD INPUT")
+        .nth(1)
+        .and_then(|s| s.split("\n.SH ").next())
+        .unwrap();
+    assert!(
+        section.contains("EOWNERDEAD") && section.contains("fork"),
+        "ib_cm(7) RETURN VALUES does not say what a forked child gets (EOWNERDEAD)"
+    );
+    let page = include_str!("../../../man/man3/ibcm_set_event_mode.3");
+    assert!(page.contains("EOWNERDEAD"));
+}
