@@ -21,9 +21,13 @@ struct Daemon {
 
 impl Daemon {
     fn start(index: u32) -> Self {
+        Self::start_with(index, SwitchConfig::default())
+    }
+
+    fn start_with(index: u32, config: SwitchConfig) -> Self {
         let me = LoopIdentity::from_name(&format!("loop{index}")).unwrap();
         let name = format!("ibsw{index}");
-        let switch = Switch::new(SwitchConfig::default());
+        let switch = Switch::new(config);
         switch
             .add_device(&name, |recv| {
                 let info = DeviceInfo::of_loop(me);
@@ -189,6 +193,41 @@ fn hostile13_insert_listen_through_the_switch_returns_what_its_page_lists() {
     daemon.switch.unlisten(other, TAKEN);
     daemon.switch.unregister(other);
     pair.finish(&[]);
+}
+
+/// Hostile 13: with every local comm ID of the process's slice in use
+/// (through `ibcmd` a process has 2^slice_bits of them), `ib_create_cm_id`
+/// fails with `ERR_PTR(-EBUSY)` (`alloc_local_id`); its page listed only
+/// EINVAL and EIO, and said the kernel's `-ENOMEM` is never returned.
+#[test]
+fn hostile13_create_id_with_the_slice_used_up_returns_what_its_page_lists() {
+    let config = SwitchConfig {
+        slice_bits: 8,
+        ..SwitchConfig::default()
+    };
+    let daemon = Daemon::start_with(3215, config);
+    let b = super::super::open_device(&daemon.name).unwrap();
+    let rec = Arc::new(Recorder::default());
+    let mut ids = Vec::new();
+    let err = loop {
+        match super::super::create_id(&b, rec.handler()) {
+            Ok(id) => ids.push(id),
+            Err(e) => break e,
+        }
+        assert!(ids.len() <= 256, "more ids than the slice has comm IDs");
+    };
+    assert_eq!((ids.len(), err), (256, EBUSY));
+    let page = include_str!("../../../man/man3/ib_create_cm_id.3");
+    let errors = page.split(".SH ERRORS").nth(1).unwrap();
+    let errors = errors.split("\n.SH ").next().unwrap();
+    assert!(
+        errors.contains(".B EBUSY"),
+        "ib_create_cm_id(3) ERRORS does not list EBUSY"
+    );
+    for id in &ids {
+        super::super::destroy_id(id, 0);
+    }
+    super::super::close_device(&b).unwrap();
 }
 
 // ---- The daemon dies (issue 12): one flush event per id in progress ----
