@@ -174,9 +174,11 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
         worker::wait_for_queued_work(CLOSE_WAIT);
         // In FD mode the worker only queued them: the events pending for the
         // device run here, as `ibcm_process_events` would run them (none from
-        // inside a handler: -EDEADLK, and then -EBUSY below).
+        // inside a handler: -EDEADLK, and then -EBUSY below). The device's
+        // turn is waited for as the worker is, CLOSE_WAIT at most: the
+        // thread that has it may run a handler that waits for this one.
         if device.id_count() != 0 && device.events.is_fd_mode() {
-            let _ = worker::process_device_events(device, i32::MAX);
+            let _ = worker::process_device_events_within(device, CLOSE_WAIT);
         }
     }
     let mut t = tables();

@@ -28,7 +28,7 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, listen, lost, recv, send, timewait};
-use crate::errno::{CmResult, EDEADLK, EINVAL, Errno};
+use crate::errno::{CmResult, EBUSY, EDEADLK, EINVAL, Errno};
 use crate::ibcm_log;
 use crate::timer::{TimerId, Timers};
 use crate::transport::MadAddr;
@@ -190,6 +190,25 @@ fn push_handler_work(id: &Arc<CmIdPriv>, work: Work) {
 /// application thread holds while its handler may wait for the worker.
 /// Two threads calling it at once take turns.
 pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
+    let max = may_process_events(device, max)?;
+    let _turn = device.events.run_turn();
+    Ok(run_device_events(device, max))
+}
+
+/// `close_device`'s drain: as [`process_device_events`] with no maximum,
+/// but it waits for the device's turn `bound` at most, as close waits for
+/// the worker: the thread that holds the turn runs a handler, which may be
+/// waiting for the closing thread. `-EBUSY` when the turn did not come.
+pub fn process_device_events_within(device: &Device, bound: Duration) -> CmResult<usize> {
+    let max = may_process_events(device, i32::MAX)?;
+    let Some(_turn) = device.events.try_run_turn(bound) else {
+        return Err(EBUSY);
+    };
+    Ok(run_device_events(device, max))
+}
+
+/// `max` as a count, or why this thread may not run the device's handlers.
+fn may_process_events(device: &Device, max: i32) -> CmResult<usize> {
     if IN_HANDLER.with(|h| h.get()[0] != 0) || on_worker() {
         return Err(EDEADLK);
     }
@@ -197,7 +216,11 @@ pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
     if max == 0 || !device.events.is_fd_mode() {
         return Err(EINVAL);
     }
-    let _turn = device.events.run_turn();
+    Ok(max)
+}
+
+/// Runs up to `max` pending handler invocations; the caller has the turn.
+fn run_device_events(device: &Device, max: usize) -> usize {
     let mut taken = 0;
     while taken < max {
         let Some(work) = device.events.pop() else {
@@ -206,7 +229,7 @@ pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
         taken += 1;
         run_work(work);
     }
-    Ok(taken)
+    taken
 }
 
 /// Queues the callback of a finished SA query: it runs on the worker, in

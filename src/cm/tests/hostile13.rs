@@ -109,3 +109,56 @@ fn hostile13_eownerdead_is_in_ib_cm_7_where_the_pages_point() {
     let page = include_str!("../../../man/man3/ibcm_set_event_mode.3");
     assert!(page.contains("EOWNERDEAD"));
 }
+
+/// `ibcm_close_device` with ids left waits "at most 2 s" for the work
+/// queued before it (docs/threads.md), then says `-EBUSY`. In FD mode it
+/// also drains the device's queue on the calling thread, and waited for the
+/// device's turn without a bound: an application thread whose handler holds
+/// the turn and waits for the closing thread (say, for a lock the closer
+/// holds) hung both for good; in worker mode the same program gets
+/// `-EBUSY` after 2 s.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn hostile13_fd_mode_close_waits_for_a_busy_turn_at_most_close_wait() {
+    let device = open_device(&loop_name()).unwrap();
+    set_event_mode(&device, IBCM_EVENTS_FD).unwrap();
+    let in_handler = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let handler: Handler = {
+        let (in_handler, release) = (in_handler.clone(), release.clone());
+        Arc::new(move |_, _| {
+            in_handler.store(true, Ordering::SeqCst);
+            let t0 = Instant::now();
+            while !release.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            0
+        })
+    };
+    let id = create_id(&device, handler).unwrap();
+    queue_event(&id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    let app = {
+        let device = device.clone();
+        std::thread::spawn(move || process_device_events(&device, 1))
+    };
+    wait_until("the handler runs", || in_handler.load(Ordering::SeqCst));
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let closer = {
+        let device = device.clone();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let _ = tx.send((close_device(&device), t0.elapsed()));
+        })
+    };
+    let bound = crate::cm::CLOSE_WAIT * 2 + Duration::from_secs(2);
+    let got = rx.recv_timeout(bound);
+    release.store(true, Ordering::SeqCst);
+    assert_eq!(app.join().unwrap(), Ok(1));
+    closer.join().unwrap();
+    let got = got.unwrap_or_else(|_| panic!("close_device still waiting after {bound:?}"));
+    assert_eq!(got.0, Err(crate::errno::EBUSY), "after {:?}", got.1);
+
+    destroy_id(&id, 0);
+    close_device(&device).unwrap();
+}
