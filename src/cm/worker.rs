@@ -209,7 +209,7 @@ pub fn process_device_events_within(device: &Device, bound: Duration) -> CmResul
 
 /// `max` as a count, or why this thread may not run the device's handlers.
 fn may_process_events(device: &Device, max: i32) -> CmResult<usize> {
-    if IN_HANDLER.with(|h| h.get()[0] != 0) || on_worker() {
+    if in_handler() || on_worker() {
         return Err(EDEADLK);
     }
     let max = usize::try_from(max).map_err(|_| EINVAL)?;
@@ -274,6 +274,12 @@ pub fn wait_for_queued_work(bound: Duration) -> bool {
 /// True on the worker thread, that is inside a handler.
 pub fn on_worker() -> bool {
     ON_WORKER.with(Cell::get)
+}
+
+/// True while the calling thread runs a handler: on the worker, or in
+/// `ibcm_process_events` on the application's thread.
+pub fn in_handler() -> bool {
+    IN_HANDLER.with(|h| h.get()[0] != 0)
 }
 
 /// (queued work items, armed timers): both zero when the library is idle.

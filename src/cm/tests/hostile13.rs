@@ -162,3 +162,55 @@ fn hostile13_fd_mode_close_waits_for_a_busy_turn_at_most_close_wait() {
     destroy_id(&id, 0);
     close_device(&device).unwrap();
 }
+
+/// "Called from inside a handler it does not wait" (ibcm_close_device(3)):
+/// `close_device` skipped its wait for the worker only on the worker. A
+/// handler of an FD-mode device runs on the application's thread, so its
+/// close waited for the worker's queue, here behind a worker-mode handler
+/// that takes a second, before its `-EBUSY`.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn hostile13_close_from_an_fd_handler_does_not_wait_for_the_worker() {
+    let fd_dev = open_device(&loop_name()).unwrap();
+    set_event_mode(&fd_dev, IBCM_EVENTS_FD).unwrap();
+    let worker_dev = open_device(&loop_name()).unwrap();
+
+    let slow_running = Arc::new(AtomicBool::new(false));
+    let slow = {
+        let running = slow_running.clone();
+        let h: Handler = Arc::new(move |_, _| {
+            running.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_secs(1));
+            0
+        });
+        create_id(&worker_dev, h).unwrap()
+    };
+    let closed = Arc::new(Mutex::new(None));
+    let fd_id = {
+        let (closed, dev) = (closed.clone(), fd_dev.clone());
+        let h: Handler = Arc::new(move |_, _| {
+            let t0 = Instant::now();
+            let got = close_device(&dev);
+            *closed.lock() = Some((got, t0.elapsed()));
+            0
+        });
+        create_id(&fd_dev, h).unwrap()
+    };
+    queue_event(&slow, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    wait_until("the slow worker handler runs", || {
+        slow_running.load(Ordering::SeqCst)
+    });
+    queue_event(&fd_id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
+    assert_eq!(process_device_events(&fd_dev, 1), Ok(1));
+    let (got, took) = closed.lock().take().unwrap();
+    assert_eq!(got, Err(crate::errno::EBUSY));
+    assert!(
+        took < Duration::from_millis(500),
+        "close from an FD handler waited {took:?} for the worker"
+    );
+
+    destroy_id(&fd_id, 0);
+    destroy_id(&slow, 0);
+    close_device(&fd_dev).unwrap();
+    close_device(&worker_dev).unwrap();
+}
