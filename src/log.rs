@@ -183,6 +183,10 @@ impl LineBuf {
         const CUT: &[u8] = b"...\n";
         if self.truncated {
             self.len = self.len.min(MAX_LINE - CUT.len());
+            // Never half a character: back off its continuation bytes.
+            while self.len > 0 && self.buf[self.len] & 0xC0 == 0x80 {
+                self.len -= 1;
+            }
             self.buf[self.len..self.len + CUT.len()].copy_from_slice(CUT);
             self.len += CUT.len();
         } else {
@@ -197,7 +201,10 @@ impl LineBuf {
 impl std::fmt::Write for LineBuf {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         let room = MAX_LINE - 1 - self.len;
-        let n = s.len().min(room);
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
         self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
         self.len += n;
         self.truncated |= n < s.len();
@@ -332,6 +339,21 @@ mod tests {
         assert_eq!(parse_level(OsStr::new("")), Some(Level::Warn));
         assert_eq!(parse_level(OsStr::new("dbg")), None);
         assert_eq!(parse_level(OsStr::new("4")), None);
+    }
+
+    #[test]
+    fn hostile13_a_line_cut_in_a_character_stays_utf8() {
+        // "é" is two bytes: some cut lands between them, at either place.
+        for pad in 0..4 {
+            let mut out = Vec::new();
+            let text = format!("{}{}", "x".repeat(pad), "é".repeat(400));
+            write_line(&mut out, "info", format_args!("{text}"));
+            assert!(out.ends_with(b"...\n"), "pad {pad}: not cut");
+            assert!(
+                std::str::from_utf8(&out).is_ok(),
+                "pad {pad}: the cut split a character"
+            );
+        }
     }
 
     #[test]
