@@ -17,20 +17,46 @@ pub enum Level {
     Debug = 4,
 }
 
-/// The level `IBCM_LOG` asks for.
+/// The level `IBCM_LOG` asks for. A value that names no level means `warn`
+/// and says so in one line, written once the level is known (nothing logs
+/// while it is being set).
 pub fn max_level() -> Level {
     static LEVEL: OnceLock<Level> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        match crate::ffi::sys::secure_var_os(c"IBCM_LOG")
-            .as_deref()
-            .and_then(|v| v.to_str())
-        {
-            Some("error") => Level::Error,
-            Some("info") => Level::Info,
-            Some("debug") => Level::Debug,
-            _ => Level::Warn,
-        }
-    })
+    if let Some(level) = LEVEL.get() {
+        return *level;
+    }
+    let value = crate::ffi::sys::secure_var_os(c"IBCM_LOG");
+    let asked = value.as_deref().map(parse_level);
+    let mut first = false;
+    let level = *LEVEL.get_or_init(|| {
+        first = true;
+        asked.flatten().unwrap_or(Level::Warn)
+    });
+    if first && let (Some(value), Some(None)) = (&value, asked) {
+        // Debug-quoted: an environment value is written escaped, and cut.
+        write(
+            Level::Warn,
+            format_args!("IBCM_LOG={value:?} is none of error, warn, info, debug: using warn"),
+        );
+    }
+    level
+}
+
+/// A level's name in any case (`DEBUG`, as `RUST_LOG` takes it), or the
+/// `warning` its lines carry; `None` for anything else (`""`: unset).
+fn parse_level(value: &std::ffi::OsStr) -> Option<Level> {
+    let value = value.to_str()?;
+    [
+        ("error", Level::Error),
+        ("warn", Level::Warn),
+        ("warning", Level::Warn),
+        ("info", Level::Info),
+        ("debug", Level::Debug),
+        ("", Level::Warn),
+    ]
+    .into_iter()
+    .find(|(name, _)| value.eq_ignore_ascii_case(name))
+    .map(|(_, level)| level)
 }
 
 pub fn enabled(level: Level) -> bool {
@@ -157,6 +183,10 @@ impl LineBuf {
         const CUT: &[u8] = b"...\n";
         if self.truncated {
             self.len = self.len.min(MAX_LINE - CUT.len());
+            // Never half a character: back off its continuation bytes.
+            while self.len > 0 && self.buf[self.len] & 0xC0 == 0x80 {
+                self.len -= 1;
+            }
             self.buf[self.len..self.len + CUT.len()].copy_from_slice(CUT);
             self.len += CUT.len();
         } else {
@@ -171,7 +201,10 @@ impl LineBuf {
 impl std::fmt::Write for LineBuf {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         let room = MAX_LINE - 1 - self.len;
-        let n = s.len().min(room);
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
         self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
         self.len += n;
         self.truncated |= n < s.len();
@@ -294,6 +327,33 @@ mod tests {
         let mut out = Vec::new();
         write_line(&mut out, "warning", format_args!("kept {}", 2));
         assert_eq!(out, b"ib_cm: warning: kept 2\n");
+    }
+
+    #[test]
+    fn hostile13_ibcm_log_takes_any_case_and_the_warning_tag() {
+        use std::ffi::OsStr;
+        assert_eq!(parse_level(OsStr::new("DEBUG")), Some(Level::Debug));
+        assert_eq!(parse_level(OsStr::new("Info")), Some(Level::Info));
+        assert_eq!(parse_level(OsStr::new("warning")), Some(Level::Warn));
+        assert_eq!(parse_level(OsStr::new("error")), Some(Level::Error));
+        assert_eq!(parse_level(OsStr::new("")), Some(Level::Warn));
+        assert_eq!(parse_level(OsStr::new("dbg")), None);
+        assert_eq!(parse_level(OsStr::new("4")), None);
+    }
+
+    #[test]
+    fn hostile13_a_line_cut_in_a_character_stays_utf8() {
+        // "é" is two bytes: some cut lands between them, at either place.
+        for pad in 0..4 {
+            let mut out = Vec::new();
+            let text = format!("{}{}", "x".repeat(pad), "é".repeat(400));
+            write_line(&mut out, "info", format_args!("{text}"));
+            assert!(out.ends_with(b"...\n"), "pad {pad}: not cut");
+            assert!(
+                std::str::from_utf8(&out).is_ok(),
+                "pad {pad}: the cut split a character"
+            );
+        }
     }
 
     #[test]

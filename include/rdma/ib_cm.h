@@ -1010,8 +1010,8 @@ int ibcm_get_event_fd(struct ib_device *device);
  Runs up to `max` pending handlers of `device` (in `IBCM_EVENTS_FD` mode)
  on the calling thread; returns how many events it took from the queue
  (0: none pending), or `-EINVAL` (bad device, worker mode, `max < 1`),
- `-EDEADLK` when called from inside a handler. Calls from two threads at
- once take turns.
+ `-EDEADLK` when called from inside a handler or an SA callback. Calls
+ from two threads at once take turns.
  */
 int ibcm_process_events(struct ib_device *device, int max);
 

@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -124,6 +125,11 @@ impl EventQueue {
     /// Takes this device's turn to run handlers (see `running`).
     pub fn run_turn(&self) -> MutexGuard<'_, ()> {
         self.running.lock()
+    }
+
+    /// The turn, waited for `bound` at most (`close_device`).
+    pub fn try_run_turn(&self, bound: Duration) -> Option<MutexGuard<'_, ()>> {
+        self.running.try_lock_for(bound)
     }
 
     /// The device is closing (no id is left): closes the fd and gives back

@@ -168,15 +168,18 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// SIDR_REQ_RECEIVED) is still queued, to be refused when its listener is
 /// gone. So when ids remain, close first lets the worker finish the work
 /// queued before the call ([`CLOSE_WAIT`] at most), then looks again. Not on
-/// the worker (a handler calling close): it would wait for itself.
+/// the worker (a handler calling close): it would wait for itself; nor from
+/// an FD-mode device's handler, which the documentation promises the same.
 pub fn close_device(device: &Arc<Device>) -> CmResult {
-    if device.id_count() != 0 && !worker::on_worker() {
+    if device.id_count() != 0 && !worker::on_worker() && !worker::in_handler() {
         worker::wait_for_queued_work(CLOSE_WAIT);
         // In FD mode the worker only queued them: the events pending for the
         // device run here, as `ibcm_process_events` would run them (none from
-        // inside a handler: -EDEADLK, and then -EBUSY below).
+        // inside a handler: -EDEADLK, and then -EBUSY below). The device's
+        // turn is waited for as the worker is, CLOSE_WAIT at most: the
+        // thread that has it may run a handler that waits for this one.
         if device.id_count() != 0 && device.events.is_fd_mode() {
-            let _ = worker::process_device_events(device, i32::MAX);
+            let _ = worker::process_device_events_within(device, CLOSE_WAIT);
         }
     }
     let mut t = tables();

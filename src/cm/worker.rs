@@ -28,7 +28,7 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, listen, lost, recv, send, timewait};
-use crate::errno::{CmResult, EDEADLK, EINVAL, Errno};
+use crate::errno::{CmResult, EBUSY, EDEADLK, EINVAL, Errno};
 use crate::ibcm_log;
 use crate::timer::{TimerId, Timers};
 use crate::transport::MadAddr;
@@ -185,17 +185,42 @@ fn push_handler_work(id: &Arc<CmIdPriv>, work: Work) {
 ///
 /// `-EINVAL` for `max < 1` or a device not in FD mode; `-EDEADLK` from
 /// inside a handler (of any device): this thread runs that handler, and the
-/// device's turn (or the handler's own id) would wait for it. Two threads
-/// calling it at once take turns.
+/// device's turn (or the handler's own id) would wait for it. Also on the
+/// worker (an SA callback): it would wait for the device's turn, which an
+/// application thread holds while its handler may wait for the worker.
+/// Two threads calling it at once take turns.
 pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
-    if IN_HANDLER.with(|h| h.get()[0] != 0) {
+    let max = may_process_events(device, max)?;
+    let _turn = device.events.run_turn();
+    Ok(run_device_events(device, max))
+}
+
+/// `close_device`'s drain: as [`process_device_events`] with no maximum,
+/// but it waits for the device's turn `bound` at most, as close waits for
+/// the worker: the thread that holds the turn runs a handler, which may be
+/// waiting for the closing thread. `-EBUSY` when the turn did not come.
+pub fn process_device_events_within(device: &Device, bound: Duration) -> CmResult<usize> {
+    let max = may_process_events(device, i32::MAX)?;
+    let Some(_turn) = device.events.try_run_turn(bound) else {
+        return Err(EBUSY);
+    };
+    Ok(run_device_events(device, max))
+}
+
+/// `max` as a count, or why this thread may not run the device's handlers.
+fn may_process_events(device: &Device, max: i32) -> CmResult<usize> {
+    if in_handler() || on_worker() {
         return Err(EDEADLK);
     }
     let max = usize::try_from(max).map_err(|_| EINVAL)?;
     if max == 0 || !device.events.is_fd_mode() {
         return Err(EINVAL);
     }
-    let _turn = device.events.run_turn();
+    Ok(max)
+}
+
+/// Runs up to `max` pending handler invocations; the caller has the turn.
+fn run_device_events(device: &Device, max: usize) -> usize {
     let mut taken = 0;
     while taken < max {
         let Some(work) = device.events.pop() else {
@@ -204,7 +229,7 @@ pub fn process_device_events(device: &Device, max: i32) -> CmResult<usize> {
         taken += 1;
         run_work(work);
     }
-    Ok(taken)
+    taken
 }
 
 /// Queues the callback of a finished SA query: it runs on the worker, in
@@ -249,6 +274,12 @@ pub fn wait_for_queued_work(bound: Duration) -> bool {
 /// True on the worker thread, that is inside a handler.
 pub fn on_worker() -> bool {
     ON_WORKER.with(Cell::get)
+}
+
+/// True while the calling thread runs a handler: on the worker, or in
+/// `ibcm_process_events` on the application's thread.
+pub fn in_handler() -> bool {
+    IN_HANDLER.with(|h| h.get()[0] != 0)
 }
 
 /// (queued work items, armed timers): both zero when the library is idle.

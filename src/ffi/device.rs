@@ -215,8 +215,8 @@ pub extern "C" fn ibcm_get_event_fd(device: *mut ib_device) -> c_int {
 /// Runs up to `max` pending handlers of `device` (in `IBCM_EVENTS_FD` mode)
 /// on the calling thread; returns how many events it took from the queue
 /// (0: none pending), or `-EINVAL` (bad device, worker mode, `max < 1`),
-/// `-EDEADLK` when called from inside a handler. Calls from two threads at
-/// once take turns.
+/// `-EDEADLK` when called from inside a handler or an SA callback. Calls
+/// from two threads at once take turns.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_process_events(device: *mut ib_device, max: c_int) -> c_int {
     guard(EIO.to_neg(), || {

@@ -1253,3 +1253,41 @@ fn hostile12_a_late_grant_given_back_never_stops_the_reader() {
     assert!(given_back, "the late grant was never given back");
     t.close();
 }
+
+#[test]
+fn hostile13_a_late_grant_given_back_as_the_daemon_dies_logs_no_lost_listen() {
+    // The daemon grants a listen after its caller gave up, with the socket
+    // to it full, and dies: the grant's give-back (on its short thread)
+    // fails with EPIPE. The daemon forgot every listen of the process with
+    // its registration, so nothing is lost; the warning that "the daemon
+    // keeps a listen nobody here uses" is false. Whether the reader had seen
+    // the daemon gone first was a race: tried 20 times.
+    for round in 0..20 {
+        let device = format!("slowlisten2r{round}");
+        let log = crate::log::capture::Capture::of(&[&device]);
+        let (daemon, t) = SlowDaemon::start(&device, Duration::from_millis(50));
+        let (tx, rx) = channel();
+        let t2 = t.clone();
+        std::thread::spawn(move || tx.send(t2.listen(0x8200)).unwrap());
+        let ToDaemon::Listen { seq, .. } = daemon.next() else {
+            panic!("not a Listen");
+        };
+        assert_eq!(
+            rx.recv_timeout(WAIT).unwrap(),
+            Err(crate::errno::Errno(libc::ETIMEDOUT))
+        );
+        assert!(t.fill_socket_to_daemon() > 0);
+        daemon.reply(&ToClient::Listened {
+            seq,
+            status: 0,
+            service_id: 0x8200,
+        });
+        // Time for the reader to hand the give-back to its short thread.
+        std::thread::sleep(Duration::from_millis(20));
+        drop(daemon);
+        std::thread::sleep(Duration::from_millis(50));
+        let lost = log.lines_with(&["cannot give back service ID"]);
+        assert!(lost.is_empty(), "round {round}: {lost:?}");
+        t.close();
+    }
+}

@@ -318,6 +318,7 @@ impl Reader {
         let unlisten = ToDaemon::Unlisten { service_id }.encode();
         match self.conn.send(&unlisten, false) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if connection_ended(&e) => return,
             Err(e) => return log_unlisten_lost(&self.device, service_id, &e),
             Ok(()) => return,
         }
@@ -328,10 +329,12 @@ impl Reader {
             .name(format!("ibcm-unlisten-{device}"))
             .spawn(move || {
                 crate::ffi::sys::block_all_signals();
-                // A device closed meanwhile: its listens ended with the
-                // connection, nothing is lost.
+                // A device closed meanwhile, or the daemon died (the reader
+                // may not know yet): its listens ended with the connection,
+                // nothing is lost.
                 if let Err(e) = conn.send(&unlisten, true)
                     && !dead.load(Ordering::Acquire)
+                    && !connection_ended(&e)
                 {
                     log_unlisten_lost(&device, service_id, &e);
                 }
@@ -358,6 +361,16 @@ impl Reader {
             (self.lost)();
         }
     }
+}
+
+/// A send failed because the connection to the daemon is gone (the daemon
+/// died, or `close` shut it down): the daemon dropped this process's
+/// registration, and its listens with it.
+fn connection_ended(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN)
+    )
 }
 
 /// The daemon keeps a listen nobody here uses, until this process leaves it.

@@ -15,6 +15,7 @@ mod hardening;
 mod hardening_device;
 mod hardening_worker;
 mod hostile;
+mod hostile13;
 mod hostile_b;
 mod hostile_c;
 mod hostile_lifecycle;

@@ -21,9 +21,13 @@ struct Daemon {
 
 impl Daemon {
     fn start(index: u32) -> Self {
+        Self::start_with(index, SwitchConfig::default())
+    }
+
+    fn start_with(index: u32, config: SwitchConfig) -> Self {
         let me = LoopIdentity::from_name(&format!("loop{index}")).unwrap();
         let name = format!("ibsw{index}");
-        let switch = Switch::new(SwitchConfig::default());
+        let switch = Switch::new(config);
         switch
             .add_device(&name, |recv| {
                 let info = DeviceInfo::of_loop(me);
@@ -145,6 +149,85 @@ fn insert_listen_racing_itself_gives_back_the_losers_listen() {
     }
     daemon.switch.unregister(other);
     pair.finish(&[]);
+}
+
+/// Hostile 13: the errnos `ib_cm_insert_listen` returns through `ibcmd`
+/// are the daemon's, as `ib_cm_listen`'s are: `-EBUSY` when another process
+/// listens on the service ID. Its page listed only EINVAL and EIO; a caller
+/// reading it could not tell "taken elsewhere" from a programming error.
+#[test]
+fn hostile13_insert_listen_through_the_switch_returns_what_its_page_lists() {
+    use crate::cm::insert_listen;
+    use crate::switch::PeerCred;
+    const TAKEN: u64 = 0x5ea3;
+    let daemon = Daemon::start(3214);
+    let b = super::super::open_device(&daemon.name).unwrap();
+    let pair = Pair::open(b);
+    let (conn, _) = SeqPacket::pair().unwrap();
+    let cred = PeerCred {
+        pid: 4344,
+        uid: 4344,
+        gid: 4344,
+    };
+    let (other, _, _) = daemon
+        .switch
+        .register(Arc::new(conn), cred, &daemon.name)
+        .unwrap();
+    assert_eq!(daemon.switch.listen(other, TAKEN, u64::MAX, 0), Ok(TAKEN));
+    let got = insert_listen(&pair.b, pair.rec.handler(), 0x1111, TAKEN).map(|_| ());
+    assert_eq!(got, Err(EBUSY));
+    let page = include_str!("../../../man/man3/ib_cm_insert_listen.3");
+    let errors = page.split(".SH ERRORS").nth(1).unwrap();
+    let errors = errors.split("\n.SH ").next().unwrap();
+    for errno in ["EBUSY", "ENOMEM", "ENODEV", "ETIMEDOUT", "ENOBUFS"] {
+        assert!(
+            errors.contains(&format!(".B {errno}")),
+            "ib_cm_insert_listen(3) ERRORS does not list {errno}"
+        );
+    }
+    let listen_page = include_str!("../../../man/man3/ib_cm_listen.3");
+    assert!(
+        listen_page.contains(".B ENOBUFS"),
+        "ib_cm_listen(3) ERRORS does not list ENOBUFS (the socket to ibcmd stayed full)"
+    );
+    daemon.switch.unlisten(other, TAKEN);
+    daemon.switch.unregister(other);
+    pair.finish(&[]);
+}
+
+/// Hostile 13: with every local comm ID of the process's slice in use
+/// (through `ibcmd` a process has 2^slice_bits of them), `ib_create_cm_id`
+/// fails with `ERR_PTR(-EBUSY)` (`alloc_local_id`); its page listed only
+/// EINVAL and EIO, and said the kernel's `-ENOMEM` is never returned.
+#[test]
+fn hostile13_create_id_with_the_slice_used_up_returns_what_its_page_lists() {
+    let config = SwitchConfig {
+        slice_bits: 8,
+        ..SwitchConfig::default()
+    };
+    let daemon = Daemon::start_with(3215, config);
+    let b = super::super::open_device(&daemon.name).unwrap();
+    let rec = Arc::new(Recorder::default());
+    let mut ids = Vec::new();
+    let err = loop {
+        match super::super::create_id(&b, rec.handler()) {
+            Ok(id) => ids.push(id),
+            Err(e) => break e,
+        }
+        assert!(ids.len() <= 256, "more ids than the slice has comm IDs");
+    };
+    assert_eq!((ids.len(), err), (256, EBUSY));
+    let page = include_str!("../../../man/man3/ib_create_cm_id.3");
+    let errors = page.split(".SH ERRORS").nth(1).unwrap();
+    let errors = errors.split("\n.SH ").next().unwrap();
+    assert!(
+        errors.contains(".B EBUSY"),
+        "ib_create_cm_id(3) ERRORS does not list EBUSY"
+    );
+    for id in &ids {
+        super::super::destroy_id(id, 0);
+    }
+    super::super::close_device(&b).unwrap();
 }
 
 // ---- The daemon dies (issue 12): one flush event per id in progress ----
