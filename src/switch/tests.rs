@@ -1205,7 +1205,9 @@ fn what_a_process_queued_before_it_exited_is_still_handled() {
 fn hostile12_a_late_grant_given_back_never_stops_the_reader() {
     // The daemon grants a listen after its caller gave up, while the socket
     // to it is full (it is slow to read): the reader gives the grant back
-    // without waiting for room, and goes on receiving this process's MADs.
+    // without waiting for room, and goes on receiving this process's MADs
+    // (waiting for room, it received nothing for the socket's 10 s send
+    // timeout).
     let (got_tx, got_rx) = channel();
     let got_tx = Mutex::new(got_tx);
     let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
@@ -1236,7 +1238,7 @@ fn hostile12_a_late_grant_given_back_never_stops_the_reader() {
     });
     assert_eq!(
         got_rx
-            .recv_timeout(Duration::from_secs(2))
+            .recv_timeout(Duration::from_secs(5))
             .map(|a| a == attr::DREQ),
         Ok(true),
         "the reader waited for room on the full socket to give a late grant \

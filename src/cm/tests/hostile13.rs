@@ -167,7 +167,8 @@ fn hostile13_fd_mode_close_waits_for_a_busy_turn_at_most_close_wait() {
 /// `close_device` skipped its wait for the worker only on the worker. A
 /// handler of an FD-mode device runs on the application's thread, so its
 /// close waited for the worker's queue, here behind a worker-mode handler
-/// that takes a second, before its `-EBUSY`.
+/// that runs until the test releases it, the whole `CLOSE_WAIT` (2 s)
+/// before its `-EBUSY`; not waiting, it returns well within that.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn hostile13_close_from_an_fd_handler_does_not_wait_for_the_worker() {
@@ -176,11 +177,15 @@ fn hostile13_close_from_an_fd_handler_does_not_wait_for_the_worker() {
     let worker_dev = open_device(&loop_name()).unwrap();
 
     let slow_running = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
     let slow = {
-        let running = slow_running.clone();
+        let (running, release) = (slow_running.clone(), release.clone());
         let h: Handler = Arc::new(move |_, _| {
             running.store(true, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_secs(1));
+            let t0 = Instant::now();
+            while !release.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             0
         });
         create_id(&worker_dev, h).unwrap()
@@ -202,10 +207,11 @@ fn hostile13_close_from_an_fd_handler_does_not_wait_for_the_worker() {
     });
     queue_event(&fd_id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
     assert_eq!(process_device_events(&fd_dev, 1), Ok(1));
+    release.store(true, Ordering::SeqCst);
     let (got, took) = closed.lock().take().unwrap();
     assert_eq!(got, Err(crate::errno::EBUSY));
     assert!(
-        took < Duration::from_millis(500),
+        took < crate::cm::CLOSE_WAIT,
         "close from an FD handler waited {took:?} for the worker"
     );
 
