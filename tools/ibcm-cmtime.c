@@ -64,6 +64,7 @@
 
 #include <rdma/ib_cm.h>
 
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define PROG "ibcm-cmtime"
 
 #define NSEC_PER_USEC	1000ULL
@@ -1186,6 +1187,30 @@ static int close_device(struct ib_device *dev, const char *name)
 }
 
 /*
+ * Says what the device lost or sent again, when it did: a run slower than
+ * expected often is one whose MADs waited for a retransmission (a full
+ * receive queue, a full listen backlog, a lossy link).
+ */
+static void report_losses(struct ib_device *dev, const char *name)
+{
+	struct ibcm_counters c;
+	uint64_t retries = 0;
+
+	if (ibcm_get_counters(dev, PORT_NUM, &c))
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(c.cm_tx_retries); i++)
+		retries += c.cm_tx_retries[i];
+	if (!retries && !c.rx_dropped && !c.rx_listen_overflows)
+		return;
+	msg("%s: %llu retransmissions (REQ %llu, DREQ %llu), %llu received MADs dropped by a full receive queue, %llu REQs not taken by a full listen backlog",
+	    name, (unsigned long long)retries,
+	    (unsigned long long)c.cm_tx_retries[IBCM_CNT_REQ],
+	    (unsigned long long)c.cm_tx_retries[IBCM_CNT_DREQ],
+	    (unsigned long long)c.rx_dropped,
+	    (unsigned long long)c.rx_listen_overflows);
+}
+
+/*
  * Destroys whatever exists, in any state the run stopped in. Handlers
  * ignore events from here on, and REQs that arrive now are rejected.
  */
@@ -1224,6 +1249,10 @@ static int cleanup(void)
 				ib_destroy_cm_id(id);
 		}
 	}
+	if (bench.active_dev)
+		report_losses(bench.active_dev, bench.active_dev_name);
+	if (bench.passive_dev && bench.passive_dev != bench.active_dev)
+		report_losses(bench.passive_dev, bench.passive_dev_name);
 	if (bench.active_dev &&
 	    close_device(bench.active_dev, bench.active_dev_name))
 		ret = -1;
@@ -1532,7 +1561,9 @@ static void usage(FILE *out)
 		"\n"
 		"The one-process phased run also reports the growth of this process's\n"
 		"resident set (/proc/self/statm) from before the ids are created to when\n"
-		"every connection is established, per connection and per cm_id.\n",
+		"every connection is established, per connection and per cm_id.\n"
+		"When a device sent MADs again or dropped received ones, a line on\n"
+		"stderr says how many (ibcm_get_counters).\n",
 		DEFAULT_CONNS, MAX_CONNS, PROGRESS_MIN_CONNS);
 }
 

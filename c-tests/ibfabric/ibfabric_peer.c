@@ -496,8 +496,15 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
   for (int i = 0; i < actives; i++)
     CHECK_EQ(ib_send_cm_dreq(ids[i], pd, sizeof(pd)), 0);
   unsigned stateless = 0;
+  /* On SoftRoCE too a MAD can be lost (one DREQ or DREP of 280 in one CI
+   * run, not reproduced in 23 runs since): the DREQ is sent again after
+   * 4.3 s, when the peer's timewait is over, and gets the stateless DREP
+   * (cm_issue_drep), as from the kernel's CM. Accepted there only for a
+   * DREQ this process counted as retransmitted (checked below). */
+  bool roce = getenv("IBFABRIC_ROCE") != NULL;
   check_every_pd(mark, IB_CM_DREP_RECEIVED, (unsigned)actives, DREP_PD_AT,
-                 IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED, lossy ? &stateless : NULL);
+                 IB_CM_DREP_PRIVATE_DATA_SIZE, DREP_PD_SEED,
+                 lossy || roce ? &stateless : NULL);
   check_every_pd(0, IB_CM_DREQ_RECEIVED, (unsigned)passives, DREQ_PD_AT,
                  IB_CM_DREQ_PRIVATE_DATA_SIZE, DREQ_PD_SEED, NULL);
   wait_count(IB_CM_TIMEWAIT_EXIT, (unsigned)(actives + passives), 60000);
@@ -525,6 +532,11 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
     tx += c.cm_tx_msgs[i];
     retries += c.cm_tx_retries[i];
     dups += c.cm_rx_duplicates[i];
+  }
+  if (!lossy && stateless > 0) {
+    printf("mesh %d: %u stateless DREPs after %llu DREQ retransmissions (a MAD lost)\n", me,
+           stateless, (unsigned long long)c.cm_tx_retries[IBCM_CNT_DREQ]);
+    CHECK(c.cm_tx_retries[IBCM_CNT_DREQ] >= stateless);
   }
   printf("mesh %d/%d: %d connections (%d active, %d passive) up in %lld ms, down in %lld ms; "
          "%llu MADs sent, %llu retries, %llu duplicates received, %u stateless DREPs; "
@@ -650,9 +662,12 @@ static int lap_server(const char *dir) {
   /* The repeated LAP: no second event, the MRA again (a duplicate). */
   wait_files(dir, "lap-repeated", 0);
   struct ibcm_counters c;
+  /* The duplicate is counted before the MRA goes again (cm_lap_handler
+   * does the same): wait for both, or a loaded machine reads in between. */
   for (long long until = now_ms() + 20000;; sleep_ms(20)) {
     CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
-    if (c.cm_rx_duplicates[IBCM_CNT_LAP] >= 1 || now_ms() > until)
+    if ((c.cm_rx_duplicates[IBCM_CNT_LAP] >= 1 && c.cm_tx_msgs[IBCM_CNT_MRA] >= 3) ||
+        now_ms() > until)
       break;
   }
   CHECK_EQ(c.cm_rx_msgs[IBCM_CNT_LAP], 2);
@@ -691,7 +706,10 @@ static int lap_client(const char *dir, uint16_t alt_slid, uint16_t alt_dlid) {
   wait_files(dir, "mra-again", 0);
   for (long long until = now_ms() + 20000;; sleep_ms(20)) {
     CHECK_EQ(ibcm_get_counters(dev_a, 1, &after), 0);
-    if (after.cm_rx_msgs[IBCM_CNT_MRA] - before.cm_rx_msgs[IBCM_CNT_MRA] >= 2 || now_ms() > until)
+    /* A MRA is counted received before its handler finds it unmatched. */
+    if ((after.cm_rx_msgs[IBCM_CNT_MRA] - before.cm_rx_msgs[IBCM_CNT_MRA] >= 2 &&
+         after.rx_unmatched - before.rx_unmatched >= 2) ||
+        now_ms() > until)
       break;
   }
   CHECK_EQ(after.cm_rx_msgs[IBCM_CNT_MRA] - before.cm_rx_msgs[IBCM_CNT_MRA], 2);

@@ -75,7 +75,12 @@ wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not s
 sweep=
 [ "$scenario" = scale-drops ] && sweep="-s 0"
 [ "$scenario" = lap ] && sweep="-l 1"
-LD_PRELOAD=$sim_so opensm $sweep -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
+# Its own cache directory: two OpenSMs started at once on a fresh machine
+# race to create /var/cache/opensm, and the loser stops
+# ("osm_db_init: ... Failed to create the db directory", then
+# IB_INSUFFICIENT_RESOURCES: ibfabric.path skipped on a fresh clone).
+mkdir -p "$dir/opensm-cache"
+OSM_CACHE_DIR=$dir/opensm-cache LD_PRELOAD=$sim_so opensm $sweep -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
 pids="$! $pids"
 wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
 

@@ -6,10 +6,13 @@
 # the kernel CM. ibcm-cmtime --server in B, --client in A, ROUNDS rounds
 # (default 3) of N connections (default 1000), alternating:
 #   direct  both processes open rxe0 through umad
-#   ibcmd   an ibcmd serves rxe0 in each VM; both processes go through it
+#   ibcmd   an ibcmd serves rxe0 in each VM; both processes go through it,
+#           and send what they may straight to umad (a send-only agent)
+#   ibcmd-socket  the same with IBCM_SWITCH_DIRECT_SEND=0: every MAD sent
+#           crosses the daemon's socket too
 # Prints each run's connect and disconnect rates and the median ratio;
 # raw outputs go to build/perf/ibcmd-2vm/.
-USAGE=2,12 OUT_NAME=ibcmd-2vm
+USAGE=2,14 OUT_NAME=ibcmd-2vm
 . "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 cp build/stage/sbin/ibcmd "$OUT/bin/ibcmd"
 
@@ -20,29 +23,33 @@ export LD_LIBRARY_PATH=$OUT/lib
 SOCK=/tmp/ibcmd.sock
 rc=0
 run() { # run MODE ROUND
-  if [ \$1 = ibcmd ]; then
+  if [ \$1 != direct ]; then
     bctl start d 'exec $OUT/bin/ibcmd --socket /tmp/ibcmd.sock rxe0'
     $OUT/bin/ibcmd --socket \$SOCK rxe0 > \$SRT_JOB/ibcmd.log 2>&1 &
     D=\$!
     sleep 1
     env=\"IBCM_SWITCH_SOCKET=/tmp/ibcmd.sock\"
+    [ \$1 = ibcmd-socket ] && env=\"\$env IBCM_SWITCH_DIRECT_SEND=0\"
   else
     env=\"IBCM_SWITCH_SOCKET=/nonexistent.sock\"
   fi
   bctl start srv \"env \$env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --server -D rxe0\"
   bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
+  a0=\$(head -1 /proc/stat); b0=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p'); t0=\$(date +%s.%N)
   env \$env $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --no-warmup > \$SRT_JOB/\$1-\$2.txt 2>&1 || rc=1
+  t1=\$(date +%s.%N); a1=\$(head -1 /proc/stat); b1=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p')
+  echo \"vm: \$t0 \$t1 | \$a0 | \$a1 | \$b0 | \$b1\" >> \$SRT_JOB/\$1-\$2.txt
   bctl wait -t 120 srv > /dev/null || rc=1
-  if [ \$1 = ibcmd ]; then
+  if [ \$1 != direct ]; then
     $OUT/bin/ibcmd --stats --socket \$SOCK | tr '\\n' ' ' >> \$SRT_JOB/\$1-\$2.txt
     echo >> \$SRT_JOB/\$1-\$2.txt
     bctl run '$OUT/bin/ibcmd --stats --socket /tmp/ibcmd.sock' | sed -n 's/^B| //p' | tr '\\n' ' ' >> \$SRT_JOB/\$1-\$2.txt
     kill \$D; wait \$D
     bctl run 'pkill -x ibcmd' > /dev/null; bctl wait d > /dev/null
   fi
-  echo \"=== \$1 round \$2\"; grep -E '^(connect|disconnect) |tx_sent|rror' \$SRT_JOB/\$1-\$2.txt
+  echo \"=== \$1 round \$2\"; grep -E '^(connect|disconnect) |tx_sent|rror|^vm: ' \$SRT_JOB/\$1-\$2.txt
 }
-for r in \$(seq 1 $ROUNDS); do run direct \$r; run ibcmd \$r; done
+for r in \$(seq 1 $ROUNDS); do run direct \$r; run ibcmd \$r; run ibcmd-socket \$r; done
 bctl quit > /dev/null
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
@@ -52,15 +59,36 @@ import re, statistics, sys
 rates = {}
 mode = None
 for line in open(sys.argv[1]):
-    m = re.match(r"=== (\w+) round", line)
+    m = re.match(r"=== (\S+) round", line)
     if m:
         mode = m.group(1)
     m = re.match(r"(connect|disconnect)\s+\S+\s+(\d+)", line)
     if m and mode:
         rates.setdefault((mode, m.group(1)), []).append(int(m.group(2)))
+busy = {}
+mode = None
+for line in open(sys.argv[1]):
+    m = re.match(r"=== (\S+) round", line)
+    if m:
+        mode = m.group(1)
+    if line.startswith("vm: ") and mode:
+        f = line[4:].split("|")
+        t0, t1 = (float(x) for x in f[0].split())
+        def ticks(stat):
+            t = [int(x) for x in stat.split()[1:]]
+            return sum(t) - t[3] - t[4]
+        a = (ticks(f[2]) - ticks(f[1])) / 100
+        b = (ticks(f[4]) - ticks(f[3])) / 100
+        busy.setdefault(mode, []).append((a / (t1 - t0), b / (t1 - t0)))
+for mode, v in busy.items():
+    print(f"{mode}: each VM's CPU busy while the client ran (median): client VM "
+          f"{100 * statistics.median(x[0] for x in v):.0f} %, server VM "
+          f"{100 * statistics.median(x[1] for x in v):.0f} %")
 for phase in ("connect", "disconnect"):
-    d, s = rates.get(("direct", phase), []), rates.get(("ibcmd", phase), [])
-    if d and s:
-        print(f"{phase}: direct {d} conn/s (median {statistics.median(d)}), through ibcmd {s} "
-              f"(median {statistics.median(s)}): {100 * statistics.median(s) / statistics.median(d):.0f} %")
+    d = rates.get(("direct", phase), [])
+    for mode in ("ibcmd", "ibcmd-socket"):
+        s = rates.get((mode, phase), [])
+        if d and s:
+            print(f"{phase}: direct {d} conn/s (median {statistics.median(d)}), {mode} {s} "
+                  f"(median {statistics.median(s)}): {100 * statistics.median(s) / statistics.median(d):.0f} %")
 PY

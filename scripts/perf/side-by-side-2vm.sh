@@ -30,7 +30,10 @@ bctl() { python3 $ROOT/interop/bctl.py \"\$@\"; }
 TIME='/usr/bin/time -f cpu:%U:%S:%w:%c -o'
 bctl ping 60 > /dev/null
 listening() { bctl run \"for _ in \\\$(seq 1 200); do rdma res show cm_id | grep LISTEN | grep -q ':\$1 ' && exit 0; sleep 0.05; done; exit 1\" > /dev/null; }
-finish() { for f in \"\$@\"; do echo \"=== \$f\"; cat \$SRT_JOB/\$f; done; bctl quit > /dev/null; }"
+finish() { for f in \"\$@\"; do echo \"=== \$f\"; cat \$SRT_JOB/\$f; done; bctl quit > /dev/null; }
+# Both VMs' CPU lines of /proc/stat (a, then b), before and after a client run:
+# what each whole VM spent meanwhile, kernel threads and softirqs included.
+vmcpu() { echo \"a \$(head -1 /proc/stat)\" >> \$SRT_JOB/\$1.vmcpu; bctl run 'head -1 /proc/stat' | sed -n 's/^B| /b /p' >> \$SRT_JOB/\$1.vmcpu; }"
 KERNEL_CMD="$PRELUDE
 bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu cmtime -b \$SRT_SELF_IP -c $N'
 listening 7471
@@ -39,18 +42,22 @@ bctl run 'pkill -x cmtime'; bctl wait srv > /dev/null
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/cmtime.srvcpu
 bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/rdmacm-cmtime-noqp -b \$SRT_SELF_IP'
 listening 7472
+vmcpu noqp
 \$TIME \$SRT_JOB/noqp.cpu $OUT/bin/rdmacm-cmtime-noqp -s \$SRT_PEER_IP -b \$SRT_SELF_IP -c $N --json > \$SRT_JOB/noqp.json 2>/dev/null || rc=1
+vmcpu noqp
 bctl run 'pkill -x rdmacm-cmtime-n'; bctl wait srv > /dev/null
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/noqp.srvcpu
-finish cmtime.txt cmtime.cpu cmtime.srvcpu noqp.json noqp.cpu noqp.srvcpu
+finish cmtime.txt cmtime.cpu cmtime.srvcpu noqp.json noqp.cpu noqp.srvcpu noqp.vmcpu
 exit \$rc"
 IBCM_CMD="$PRELUDE
 bctl start srv 'LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0'
 bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
+vmcpu ibcm
 \$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json; rc=\$?
+vmcpu ibcm
 bctl wait -t 120 srv > /dev/null || rc=1
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
-finish ibcm.json ibcm.cpu ibcm.srvcpu
+finish ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
 

@@ -52,7 +52,20 @@ def cpu(text):
             "voluntary_cs": int(m.group(3)), "involuntary_cs": int(m.group(4))}
 
 
+def vm_cpu(text):
+    """Busy CPU time (s) of VM a and b between the two marks: /proc/stat's
+    first line before and after, in USER_HZ (100) ticks, less idle and iowait."""
+    marks = {"a": [], "b": []}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) > 5 and f[0] in marks and f[1] == "cpu":
+            t = [int(x) for x in f[2:]]
+            marks[f[0]].append(sum(t) - t[3] - t[4])
+    return {vm: (m[1] - m[0]) / 100 for vm, m in marks.items() if len(m) == 2}
+
+
 runs = {"cmtime": [], "noqp": [], "ibcm": []}
+vm_cpus = {"noqp": [], "ibcm": []}  # side-by-side-2vm.sh only
 cpus = {"cmtime": [], "noqp": [], "ibcm": []}
 srv_cpus = {"cmtime": [], "noqp": [], "ibcm": []}  # side-by-side-2vm.sh only
 for r in range(1, rounds + 1):
@@ -64,6 +77,9 @@ for r in range(1, rounds + 1):
     cpus["cmtime"].append(cpu(k["cmtime.cpu"]))
     cpus["noqp"].append(cpu(k["noqp.cpu"]))
     cpus["ibcm"].append(cpu(o["ibcm.cpu"]))
+    for t, secs in (("noqp", k), ("ibcm", o)):
+        if f"{t}.vmcpu" in secs:
+            vm_cpus[t].append(vm_cpu(secs[f"{t}.vmcpu"]))
     for t, secs in (("cmtime", k), ("noqp", k), ("ibcm", o)):
         if f"{t}.srvcpu" in secs:
             srv_cpus[t].append(cpu(secs[f"{t}.srvcpu"]))
@@ -109,6 +125,16 @@ for side, per_tool in (("client", cpus), ("server", srv_cpus)):
         summary[f"{side}_cpu"][t] = {"user_s": u, "sys_s": s, "voluntary_cs": vcs, "involuntary_cs": ics}
         L.append(f"  {t:7s} user {u:5.2f} s  sys {s:5.2f} s  = {(u + s) / n * 1e6:6.0f} us CPU per connection; "
                  f"context switches {vcs:.0f} voluntary, {ics:.0f} involuntary")
+if all(len(v) == rounds and all(len(x) == 2 for x in v) for v in vm_cpus.values()):
+    L.append("")
+    L.append("Whole-VM CPU while the client ran (/proc/stat: both processes, kernel threads, "
+             "softirqs), medians:")
+    summary["vm_cpu"] = {}
+    for t in vm_cpus:
+        a, b = med(x["a"] for x in vm_cpus[t]), med(x["b"] for x in vm_cpus[t])
+        summary["vm_cpu"][t] = {"client_vm_s": a, "server_vm_s": b}
+        L.append(f"  {t:7s} client VM {a:5.2f} s = {a / n * 1e6:5.0f} us per connection, "
+                 f"server VM {b:5.2f} s = {b / n * 1e6:5.0f} us per connection")
 L.append("")
 L.append("Per-run totals (ms):")
 for ph in PHASES:

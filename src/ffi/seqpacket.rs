@@ -189,6 +189,74 @@ impl SeqPacket {
         }
     }
 
+    /// Receives up to `lens.len()` messages in one system call
+    /// (`recvmmsg`): message `i` into `buf[i * size..][..size]`, its length
+    /// in `lens[i]` (longer than `size`: it was cut; 0: the peer closed);
+    /// returns how many came. With `wait` it waits for the first and takes
+    /// the others already queued (`MSG_WAITFORONE`); without, it takes what
+    /// is queued and is `WouldBlock` when nothing is. A reader drains a
+    /// burst with one call, where `recv` takes one per message and one more
+    /// to find the socket empty.
+    pub fn recv_burst(
+        &self,
+        buf: &mut [u8],
+        size: usize,
+        lens: &mut [usize],
+        wait: bool,
+    ) -> io::Result<usize> {
+        let size = size.max(1);
+        let count = lens.len().min(buf.len() / size);
+        let mut iov: Vec<libc::iovec> = buf
+            .chunks_exact_mut(size)
+            .take(count)
+            .map(|slot| libc::iovec {
+                iov_base: slot.as_mut_ptr().cast(),
+                iov_len: slot.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain data; all zeroes is a valid value
+                // (no name, no control data).
+                let mut msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                msg.msg_hdr.msg_iov = iov;
+                msg.msg_hdr.msg_iovlen = 1;
+                msg
+            })
+            .collect();
+        let flags = libc::MSG_TRUNC
+            | if wait {
+                libc::MSG_WAITFORONE
+            } else {
+                libc::MSG_DONTWAIT
+            };
+        loop {
+            // SAFETY: `count` mmsghdrs, each with one iovec into its own
+            // `size` bytes of `buf`; all of them outlive the call.
+            let rc = unsafe {
+                libc::recvmmsg(
+                    self.0.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    count as libc::c_uint,
+                    flags,
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc >= 0 {
+                let n = rc as usize;
+                for (len, msg) in lens.iter_mut().zip(&msgs[..n]) {
+                    *len = msg.msg_len as usize;
+                }
+                return Ok(n);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
     /// Wakes a `recv` in progress on another thread (it returns 0) and ends
     /// the connection for both sides.
     pub fn shutdown(&self) {
@@ -377,4 +445,41 @@ pub fn wait_for_termination() -> i32 {
     // SAFETY: a valid sigset and a place for the signal number.
     while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
     sig
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_burst_takes_what_is_queued_in_one_call_and_says_how_long_each_was() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        let (mut buf, mut lens) = (vec![0u8; 4 * 8], [0usize; 4]);
+        let empty = b.recv_burst(&mut buf, 8, &mut lens, false).unwrap_err();
+        assert_eq!(empty.kind(), io::ErrorKind::WouldBlock);
+        for msg in [&b"one"[..], b"second", b"a message longer than its slot"] {
+            a.send(msg, true).unwrap();
+        }
+        assert_eq!(b.recv_burst(&mut buf, 8, &mut lens, true).unwrap(), 3);
+        assert_eq!(
+            lens[..3],
+            [3, 6, 30],
+            "the cut message says how long it was"
+        );
+        assert_eq!(&buf[..3], b"one");
+        assert_eq!(&buf[8..14], b"second");
+        assert_eq!(&buf[16..24], b"a messag");
+        // More than fit: the rest stays queued for the next call.
+        for _ in 0..6 {
+            a.send(b"x", true).unwrap();
+        }
+        assert_eq!(b.recv_burst(&mut buf, 8, &mut lens, false).unwrap(), 4);
+        assert_eq!(b.recv_burst(&mut buf, 8, &mut lens, false).unwrap(), 2);
+        drop(a);
+        let n = b.recv_burst(&mut buf, 8, &mut lens, true).unwrap();
+        assert!(
+            n >= 1 && lens[0] == 0,
+            "the peer's close reads as an empty message"
+        );
+    }
 }

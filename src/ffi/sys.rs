@@ -47,6 +47,25 @@ pub fn block_all_signals() {
     }
 }
 
+/// How many CPUs the calling thread may run on (its affinity mask); 0 when
+/// it cannot be told. A cgroup CPU quota does not count: threads on two CPUs
+/// of the mask run at the same moment even when the quota caps their sum.
+pub fn cpus_in_affinity() -> usize {
+    let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: `set` is a zeroed cpu_set_t of the size passed; the kernel
+    // writes at most that many bytes.
+    let rc = unsafe {
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_mut_ptr())
+    };
+    if rc != 0 {
+        return 0; // more CPUs than a cpu_set_t holds (EINVAL)
+    }
+    // SAFETY: initialised by the zeroing, then by sched_getaffinity.
+    let set = unsafe { set.assume_init() };
+    // SAFETY: CPU_COUNT only reads the set.
+    usize::try_from(unsafe { libc::CPU_COUNT(&set) }).unwrap_or(0)
+}
+
 /// Whether standard error is a regular file (or `/dev/null`-like: it never
 /// blocks a writer); false for a pipe, a socket or a terminal, where a
 /// `write(2)` blocks as long as the reader does not read.

@@ -12,6 +12,7 @@ use super::routing::{ClientId, Switch};
 use crate::ffi::seqpacket::{PeerCred, PidFd, SeqPacket};
 use crate::ibcm_log;
 use crate::transport::IdSlice;
+use crate::transport::batch::BURST;
 
 /// The send buffer asked for each connection: room for a burst of received
 /// MADs while the process's reader catches up (the kernel doubles it, and a
@@ -65,10 +66,11 @@ impl Switch {
         if conn.set_recv_timeout(Some(REGISTER_DEADLINE)).is_err() {
             return;
         }
-        let mut buf = vec![0u8; MAX_MESSAGE];
+        let mut buf = vec![0u8; MAX_MESSAGE * BURST];
+        let mut lens = [0usize; BURST];
         let mut client: Option<ClientId> = None;
         let mut process: Option<Watch> = None;
-        loop {
+        'connection: loop {
             match process.as_mut().map(|w| w.next(&conn)) {
                 Some(Next::Message) | None => {}
                 Some(Next::Gone) => {
@@ -82,22 +84,36 @@ impl Switch {
                     break;
                 }
             }
-            let n = match conn.recv(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) if n > buf.len() => break, // not ours: too long
-                Ok(n) => n,
+            // A registered process's messages in bursts: 1,000 REQs cost a
+            // poll and a recvmmsg per BURST of them, not a poll and a recv
+            // each. Before registration, and once the process has exited, a
+            // message at a time: the registration's deadline applies, and
+            // each message after the exit counts against MESSAGES_AFTER_EXIT.
+            let received = if process.as_ref().is_some_and(Watch::running) {
+                conn.recv_burst(&mut buf, MAX_MESSAGE, &mut lens, true)
+            } else {
+                conn.recv(&mut buf[..MAX_MESSAGE]).map(|n| {
+                    lens[0] = n;
+                    1
+                })
             };
-            let Ok(msg) = ToDaemon::decode(&buf[..n]) else {
-                ibcm_log!(
-                    Warn,
-                    "ibcmd: process {} (uid {}) sent a malformed message: disconnected",
-                    cred.pid,
-                    cred.uid
-                );
-                break;
-            };
-            if !self.handle(&conn, cred, &mut client, msg) {
-                break;
+            let Ok(count) = received else { break };
+            for (slot, &n) in buf.chunks(MAX_MESSAGE).zip(&lens[..count]) {
+                if n == 0 || n > MAX_MESSAGE {
+                    break 'connection; // closed, or not ours: too long
+                }
+                let Ok(msg) = ToDaemon::decode(&slot[..n]) else {
+                    ibcm_log!(
+                        Warn,
+                        "ibcmd: process {} (uid {}) sent a malformed message: disconnected",
+                        cred.pid,
+                        cred.uid
+                    );
+                    break 'connection;
+                };
+                if !self.handle(&conn, cred, &mut client, msg) {
+                    break 'connection;
+                }
             }
             if client.is_some() && process.is_none() {
                 match Watch::of(cred) {
@@ -217,7 +233,7 @@ enum Next {
 /// What a dead process still queued is handled (its last DREQs, sent just
 /// before it exited), but no more than this: a child that inherited the
 /// socket would otherwise keep the dead process registered by writing.
-const MESSAGES_AFTER_EXIT: usize = 4096;
+pub(super) const MESSAGES_AFTER_EXIT: usize = 4096;
 
 impl Watch {
     /// Watches `cred`'s process; `None` when it has exited already.
@@ -241,6 +257,15 @@ impl Watch {
                 }
                 Some(Watch::Socket)
             }
+        }
+    }
+
+    /// Whether no exit of the process was seen yet: its messages are read
+    /// in bursts.
+    fn running(&self) -> bool {
+        match self {
+            Watch::Process { after_exit, .. } => *after_exit == 0,
+            Watch::Socket => true,
         }
     }
 

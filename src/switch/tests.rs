@@ -1293,3 +1293,148 @@ fn hostile13_a_late_grant_given_back_as_the_daemon_dies_logs_no_lost_listen() {
         t.close();
     }
 }
+
+/// A `RecvFn` as the engine's: each MAD becomes work for the worker (here
+/// an item that reports the MAD's comm ID), so the reader's batch owes the
+/// worker its wake-up.
+fn recv_through_the_worker() -> (RecvFn, Receiver<u32>) {
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
+        let tx = tx.lock().unwrap().clone();
+        crate::cm::worker::queue_sa_callback(Box::new(move || {
+            let _ = tx.send(u32::from_be_bytes(mad[24..28].try_into().unwrap()));
+        }));
+    });
+    (recv, rx)
+}
+
+#[test]
+fn hostile14_a_lone_mad_from_the_daemon_wakes_the_worker_while_the_reader_waits_again() {
+    // One MAD, then silence with the connection open: the reader's burst
+    // ends on the empty socket and pays the wake-up before it waits again.
+    // Owed across that wait, the MAD would wait for the next message (none
+    // comes: the 10 s below).
+    let (recv, handled) = recv_through_the_worker();
+    let (daemon, t) = SlowDaemon::start_with("batch14a", WAIT, recv);
+    daemon.reply(&ToClient::Recv {
+        port: 1,
+        addr: MadAddr::default(),
+        mad: Box::new(dreq(0x41, 0x0010_0002)),
+    });
+    assert_eq!(
+        handled.recv_timeout(WAIT),
+        Ok(0x41),
+        "a MAD the switch reader queued waited for the worker while the reader sat in recv"
+    );
+    t.close();
+}
+
+#[test]
+fn hostile14_a_burst_longer_than_a_batch_reaches_the_worker_whole_and_in_order() {
+    // More than BURST messages already queued: two batches; every MAD is
+    // handled, in the daemon's order, and the last batch (a partial one)
+    // is woken for as well.
+    let n = 3 * crate::transport::batch::BURST as u32 + 5;
+    let (recv, handled) = recv_through_the_worker();
+    let (daemon, t) = SlowDaemon::start_with("batch14b", WAIT, recv);
+    for i in 0..n {
+        daemon.reply(&ToClient::Recv {
+            port: 1,
+            addr: MadAddr::default(),
+            mad: Box::new(dreq(0x1000 + i, 0x0010_0002)),
+        });
+    }
+    for i in 0..n {
+        assert_eq!(handled.recv_timeout(WAIT), Ok(0x1000 + i), "MAD {i} of {n}");
+    }
+    t.close();
+}
+
+#[test]
+fn hostile14_mads_of_a_burst_ended_by_the_daemon_dying_still_reach_the_worker() {
+    // The daemon sends MADs and dies in one burst: the reader's batch ends on
+    // the closed connection, not on an empty socket; its MADs are woken for
+    // all the same.
+    let (recv, handled) = recv_through_the_worker();
+    let (daemon, t) = SlowDaemon::start_with("batch14c", WAIT, recv);
+    for i in 0..10 {
+        daemon.reply(&ToClient::Recv {
+            port: 1,
+            addr: MadAddr::default(),
+            mad: Box::new(dreq(0x2000 + i, 0x0010_0002)),
+        });
+    }
+    daemon.conn.shutdown();
+    for i in 0..10 {
+        assert_eq!(
+            handled.recv_timeout(WAIT),
+            Ok(0x2000 + i),
+            "MAD {i} before the daemon died"
+        );
+    }
+    drop(daemon);
+    t.close();
+}
+
+#[test]
+fn hostile14_a_child_flooding_after_its_parent_died_is_cut_off_within_the_bound() {
+    // The process that registered dies; the socket a child inherited keeps
+    // sending as fast as it can. ibcmd reads a burst per wait while the
+    // process lives, one message per wait once it has seen the exit: the
+    // child is cut off (when the daemon catches up with it, or after
+    // MESSAGES_AFTER_EXIT), and what it got handled after the death is at
+    // most that plus the rest of the burst the daemon was in.
+    let mut registrant = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let cred = super::PeerCred {
+        pid: registrant.id() as i32,
+        uid: 4344,
+        gid: 4344,
+    };
+    let f = Fabric::new(3290, SwitchConfig::default());
+    let (inherited, theirs) = SeqPacket::pair().unwrap();
+    let switch = f.switch.clone();
+    std::thread::spawn(move || switch.serve_as(theirs, cred));
+    inherited.set_recv_timeout(Some(WAIT)).unwrap();
+    let mut a = Client {
+        conn: inherited,
+        backlog: VecDeque::new(),
+        seq: 0,
+    };
+    let slice = a.register(&f.device).expect("registered");
+    a.send_mad(&dreq(slice.base | 2, 0x10), &remote_addr(&f));
+    a.sync();
+    assert_eq!(attr_of(&f.remote_got()), attr::DREQ);
+
+    registrant.kill().unwrap();
+    registrant.wait().unwrap();
+    let send = ToDaemon::Send {
+        port: 1,
+        addr: remote_addr(&f),
+        mad: Box::new(dreq(slice.base | 2, 0x10)),
+    }
+    .encode();
+    let mut sent = 0usize;
+    // The daemon ends the connection: the send fails (EPIPE), or blocks on
+    // a full socket nobody reads any more until its 10 s timeout.
+    while a.conn.send(&send, true).is_ok() {
+        sent += 1;
+        assert!(
+            sent <= 4 * super::server::MESSAGES_AFTER_EXIT,
+            "a child kept a dead process registered for {sent} messages"
+        );
+    }
+    let mut handled = 0usize;
+    while f.to_remote.try_recv().is_ok() {
+        handled += 1;
+    }
+    let bound = super::server::MESSAGES_AFTER_EXIT + crate::transport::batch::BURST;
+    assert!(
+        handled <= bound,
+        "{handled} messages of a dead process handled (bound {bound})"
+    );
+    assert_eq!(f.switch.counter(SwitchCounter::Gone), 1);
+}

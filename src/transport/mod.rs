@@ -3,6 +3,8 @@
 //! `loopback` is the in-process fabric (devices `loop0`, `loop1`, …). Every
 //! transport carries whole 256-byte MADs; received ones go to the engine through
 //! a [`RecvFn`].
+pub mod batch;
+mod direct_route;
 pub mod loopback;
 pub mod switch;
 pub mod sysfs;

@@ -2,7 +2,8 @@
 //! cross the daemon's Unix socket (`$IBCM_SWITCH_SOCKET`, by default
 //! `/run/ib_cm/ibcmd.sock`); the daemon gave this process a slice of the
 //! local comm ID space and routes to it what is addressed there, and the
-//! REQs of the service IDs it listens on.
+//! REQs of the service IDs it listens on. A process that may open umad
+//! sends most of its MADs itself, with a send-only agent ([`DirectRoute`]).
 //!
 //! When no daemon runs (no socket, or nobody behind it) the device is opened
 //! through umad as before. When the daemon goes away, the reader logs it once
@@ -20,6 +21,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::batch::{self, BURST};
+use super::direct_route::DirectRoute;
+use super::umad::UmadSender;
 use super::{IdSlice, LostFn, MadAddr, MadTransport, RecvFn};
 use crate::errno::{CmResult, EIO, ENODEV, Errno};
 
@@ -152,6 +156,17 @@ pub struct SwitchTransport {
     /// [`ANSWER_TIMEOUT`]; shorter in tests of a stuck daemon.
     answer_timeout: Mutex<Duration>,
     reader: Mutex<Option<JoinHandle<()>>>,
+    /// Send-only umad agents of this process's own, when it may open umad
+    /// (see [`DirectRoute`]); `None` with `IBCM_SWITCH_DIRECT_SEND=0`.
+    direct: Option<UmadSender>,
+    /// Which MADs may use `direct`.
+    route: Arc<DirectRoute>,
+}
+
+/// Whether sends may bypass the daemon (`IBCM_SWITCH_DIRECT_SEND`, default
+/// on; `0` sends every MAD through it).
+fn direct_send_enabled() -> bool {
+    crate::ffi::sys::secure_var_os(c"IBCM_SWITCH_DIRECT_SEND").is_none_or(|v| v != "0")
 }
 
 impl SwitchTransport {
@@ -171,11 +186,20 @@ impl SwitchTransport {
             next_seq: AtomicU32::new(1),
             answer_timeout: Mutex::new(ANSWER_TIMEOUT),
             reader: Mutex::new(None),
+            direct: direct_send_enabled()
+                .then(|| {
+                    let ports: Vec<u8> =
+                        registered.device.ports.iter().map(|p| p.port_num).collect();
+                    UmadSender::open(device, &ports)
+                })
+                .flatten(),
+            route: Arc::default(),
         });
         let reader = Reader {
             conn: transport.conn.clone(),
             dead: transport.dead.clone(),
             pending: Arc::downgrade(&transport.pending),
+            route: transport.route.clone(),
             device: device.to_owned(),
             recv,
             lost,
@@ -259,6 +283,8 @@ struct Reader {
     conn: Arc<SeqPacket>,
     dead: Arc<AtomicBool>,
     pending: Weak<Pending>,
+    /// Told of every received MAD (the peer answered a REP).
+    route: Arc<DirectRoute>,
     device: String,
     recv: RecvFn,
     lost: LostFn,
@@ -266,24 +292,43 @@ struct Reader {
 
 impl Reader {
     fn run(self) {
-        let mut buf = vec![0u8; MAX_MESSAGE];
-        loop {
-            let n = match self.conn.recv(&mut buf) {
-                Ok(n) if n > 0 && n <= buf.len() => n,
-                _ => break,
-            };
-            match ToClient::decode(&buf[..n]) {
-                Ok(ToClient::Recv { port, addr, mad }) => (self.recv)(port, addr, Arc::new(*mad)),
-                Ok(ToClient::Listened {
-                    seq,
-                    status,
-                    service_id,
-                }) => self.answer(seq, (status, service_id)),
-                Ok(ToClient::Stats { seq, .. }) => self.answer(seq, (0, 0)),
-                _ => {} // nothing this side asked for
+        let mut buf = vec![0u8; MAX_MESSAGE * BURST];
+        let mut lens = [0usize; BURST];
+        // One recvmmsg per burst: it waits for the daemon's next message and
+        // takes what else is queued, and the MADs of a burst wake the worker
+        // once.
+        while let Ok(count @ 1..) = self.conn.recv_burst(&mut buf, MAX_MESSAGE, &mut lens, true) {
+            let open = batch::receive_batch(|| {
+                for (slot, &n) in buf.chunks(MAX_MESSAGE).zip(&lens[..count]) {
+                    if n == 0 || n > MAX_MESSAGE {
+                        return false;
+                    }
+                    self.handle(&slot[..n]);
+                }
+                true
+            });
+            if !open {
+                break;
             }
         }
         self.daemon_gone();
+    }
+
+    /// One message of the daemon.
+    fn handle(&self, msg: &[u8]) {
+        match ToClient::decode(msg) {
+            Ok(ToClient::Recv { port, addr, mad }) => {
+                self.route.received(&mad);
+                (self.recv)(port, addr, Arc::new(*mad))
+            }
+            Ok(ToClient::Listened {
+                seq,
+                status,
+                service_id,
+            }) => self.answer(seq, (status, service_id)),
+            Ok(ToClient::Stats { seq, .. }) => self.answer(seq, (0, 0)),
+            _ => {} // nothing this side asked for
+        }
     }
 
     /// Hands the daemon's answer to the call waiting for it; gives back a
@@ -384,11 +429,21 @@ fn log_unlisten_lost(device: &str, service_id: u64, e: &std::io::Error) {
 
 impl MadTransport for SwitchTransport {
     fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        if let Some(direct) = &self.direct
+            && self.route.may_go_direct(mad)
+        {
+            if self.dead.load(Ordering::Acquire) {
+                return Err(ENODEV);
+            }
+            return direct.send(port_num, addr, mad);
+        }
         self.post(&ToDaemon::Send {
             port: port_num,
             addr: *addr,
             mad: Box::new(*mad),
-        })
+        })?;
+        self.route.sent_through_daemon(mad);
+        Ok(())
     }
 
     fn id_slice(&self) -> Option<IdSlice> {
@@ -420,6 +475,9 @@ impl MadTransport for SwitchTransport {
 
     fn close(&self) {
         self.dead.store(true, Ordering::Release);
+        if let Some(direct) = &self.direct {
+            direct.close();
+        }
         self.conn.shutdown();
         if let Some(reader) = self.reader.lock().take() {
             // Never itself: the reader may drop the last device reference.

@@ -11,7 +11,7 @@
 //!
 //! For a long-running daemon: the fds are close-on-exec; a reader sleeps in
 //! poll() on its fd and an eventfd that `close` writes (no periodic wake-up)
-//! with every signal blocked; an open that fails half-way unwinds; when ib_umad
+//! with every signal blocked, and reads what the fd has after each wake-up; an open that fails half-way unwinds; when ib_umad
 //! reports the port gone (device removed: POLLERR/POLLHUP, read -EIO) the
 //! reader logs it once and stops, and sends on the port fail with -ENODEV.
 
@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::batch::{self, BURST};
 use super::sysfs::SysDevice;
 use super::{MadAddr, MadTransport, RecvFn};
 use crate::errno::{CmResult, EADDRINUSE, EBUSY, EINVAL, ELIBACC, ENODEV, Errno};
@@ -154,13 +155,42 @@ fn load() -> Result<Lib, (Errno, &'static str)> {
 }
 
 fn lib() -> Result<&'static Lib, Errno> {
-    static LIB: OnceLock<Result<Lib, (Errno, &'static str)>> = OnceLock::new();
     static REPORTED: AtomicBool = AtomicBool::new(false);
-    LIB.get_or_init(load).as_ref().map_err(|&(e, why)| {
+    loaded().map_err(|&(e, why)| {
         if !REPORTED.swap(true, Ordering::Relaxed) {
             ibcm_log!(Error, "{why}");
         }
         e
+    })
+}
+
+/// libibumad, loaded once; what went wrong is for the caller to say.
+fn loaded() -> Result<&'static Lib, &'static (Errno, &'static str)> {
+    static LIB: OnceLock<Result<Lib, (Errno, &'static str)>> = OnceLock::new();
+    LIB.get_or_init(load).as_ref()
+}
+
+/// Whether this process may open the umad file of `dev`'s `port_num`: found
+/// through sysfs (`/sys/class/infiniband_mad/umad*/{ibdev,port}`) and opened
+/// for reading and writing, then closed. Asked before libibumad is touched,
+/// which itself warns on stderr where ib_umad is not loaded.
+fn may_open_umad(dev: &str, port_num: u8) -> bool {
+    let Ok(entries) = std::fs::read_dir("/sys/class/infiniband_mad") else {
+        return false;
+    };
+    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| n.starts_with("umad")) else {
+            return false;
+        };
+        read(entry.path().join("ibdev")).trim() == dev
+            && read(entry.path().join("port")).trim() == port_num.to_string()
+            && std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(format!("/dev/infiniband/{name}"))
+                .is_ok()
     })
 }
 
@@ -177,6 +207,9 @@ struct PortHandle {
     /// Not a kernel fd but umad2sim's (ibsim's preload), whose poll sees
     /// only its own fds.
     simulated: bool,
+    /// A kernel fd that does not block a read (libibumad opens it so): the
+    /// reader takes a burst after each poll.
+    drains: bool,
 }
 
 impl Drop for PortHandle {
@@ -215,33 +248,23 @@ fn kernel_cm_loaded() -> bool {
     std::path::Path::new("/sys/module/ib_cm").exists()
 }
 
-/// The errno of a failed libc call.
+/// The errno of a failed libc call; `EIO` where the call set none
+/// (umad2sim's poll fails so while its process exits).
 fn last_errno() -> Errno {
     Errno(
         std::io::Error::last_os_error()
             .raw_os_error()
+            .filter(|&e| e != 0)
             .unwrap_or(libc::EIO),
     )
 }
 
-/// Opens `port_num` of `dev` (`name`) and registers the CM class on it.
-fn open_port(
-    lib: &'static Lib,
-    dev: &str,
-    name: &CString,
-    port_num: u8,
-    infiniband: bool,
-) -> CmResult<UmadPort> {
+/// Opens the umad fd of `port_num` of `name`, no agent on it yet.
+fn open_handle(lib: &'static Lib, name: &CString, port_num: u8) -> CmResult<PortHandle> {
     // SAFETY: `name` is NUL-terminated; the port number is plain data.
     let fd = unsafe { (lib.open_port)(name.as_ptr(), c_int::from(port_num)) };
     if fd < 0 {
-        let e = Errno(-fd);
-        ibcm_log!(
-            Error,
-            "cannot open the umad device of {dev} port {port_num}: {e:?} (is ib_umad loaded, \
-             and /dev/infiniband/umad* readable and writable?)"
-        );
-        return Err(e);
+        return Err(Errno(-fd));
     }
     let mut handle = PortHandle {
         lib,
@@ -250,6 +273,7 @@ fn open_port(
         agent_id: None,
         sa_agent_id: None,
         simulated: false,
+        drains: false,
     };
     // libibumad opens without O_CLOEXEC: a child that execs must not keep
     // the CM agent registered. EBADF: not a kernel fd but a simulator's
@@ -261,12 +285,40 @@ fn open_port(
         }
         handle.simulated = true;
     }
+    // libibumad opens the fd O_NONBLOCK (umad_open_port): the reader drains
+    // it after each poll, and the read that finds it empty says so (-EAGAIN)
+    // instead of waiting. Looked at, not set: an fd that blocks (another
+    // libibumad) is read once per poll, as a simulated one.
+    if !handle.simulated {
+        // SAFETY: fcntl on an fd this handle owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        handle.drains = flags >= 0 && flags & libc::O_NONBLOCK != 0;
+    }
+    Ok(handle)
+}
+
+/// Opens `port_num` of `dev` (`name`) and registers the CM class on it.
+fn open_port(
+    lib: &'static Lib,
+    dev: &str,
+    name: &CString,
+    port_num: u8,
+    infiniband: bool,
+) -> CmResult<UmadPort> {
+    let mut handle = open_handle(lib, name, port_num).inspect_err(|e| {
+        ibcm_log!(
+            Error,
+            "cannot open the umad device of {dev} port {port_num}: {e:?} (is ib_umad loaded, \
+             and /dev/infiniband/umad* readable and writable?)"
+        )
+    })?;
     let cm = AgentClass {
         mgmt_class: MGMT_CLASS_CM,
         version: CM_CLASS_VERSION,
         method_mask: [1 << METHOD_SEND, 0],
     };
-    let agent_id = register(lib, fd, &cm).map_err(|e| registration_error(dev, port_num, e))?;
+    let agent_id =
+        register(lib, handle.fd, &cm).map_err(|e| registration_error(dev, port_num, e))?;
     handle.agent_id = Some(agent_id);
     if infiniband {
         // A client of the SA: it sends queries and gets their answers only.
@@ -275,7 +327,7 @@ fn open_port(
             version: crate::sa::SA_CLASS_VERSION,
             method_mask: [0, 0],
         };
-        match register(lib, fd, &sa) {
+        match register(lib, handle.fd, &sa) {
             Ok(id) => handle.sa_agent_id = Some(id),
             Err(e) => ibcm_log!(
                 Warn,
@@ -454,6 +506,7 @@ impl UmadTransport {
                 lib,
                 fd: port.handle.fd,
                 simulated: port.handle.simulated,
+                burst: if port.handle.drains { BURST } else { 1 },
                 wake: transport.wake.as_raw_fd(),
                 port_num: port.handle.port_num,
                 dev: dev.name.clone(),
@@ -473,11 +526,84 @@ impl UmadTransport {
     }
 }
 
+/// Send-only agents (no class: the kernel hands them no unsolicited MAD)
+/// on the ports of a device whose CM class another process receives: the
+/// MAD switch's, `ibcmd`. A process it serves that may open umad itself
+/// sends its CM MADs with one write of its own instead of a write to the
+/// daemon's socket, the daemon's read and the daemon's write
+/// ([`super::switch`] decides which).
+pub struct UmadSender {
+    /// Emptied by `close`: a send after it finds no port.
+    ports: RwLock<Vec<PortHandle>>,
+}
+
+impl UmadSender {
+    /// A send-only agent on each of `port_nums` of `dev`; `None` (logged at
+    /// debug level) when umad cannot be opened here, e.g. without access to
+    /// `/dev/infiniband/umad*`, or on umad2sim, whose routing of a second
+    /// agent per port is its own.
+    pub fn open(dev: &str, port_nums: &[u8]) -> Option<Self> {
+        let opened = (|| {
+            if !port_nums.iter().all(|&p| may_open_umad(dev, p)) {
+                return Err(Errno(libc::EACCES));
+            }
+            let lib = loaded().map_err(|&(e, _)| e)?;
+            let name = CString::new(dev).map_err(|_| EINVAL)?;
+            port_nums
+                .iter()
+                .map(|&port_num| {
+                    let mut handle = open_handle(lib, &name, port_num)?;
+                    if handle.simulated {
+                        return Err(crate::errno::EOPNOTSUPP);
+                    }
+                    let send_only = AgentClass {
+                        mgmt_class: 0,
+                        version: 0,
+                        method_mask: [0, 0],
+                    };
+                    handle.agent_id = Some(register(lib, handle.fd, &send_only)?);
+                    Ok(handle)
+                })
+                .collect::<CmResult<Vec<_>>>()
+        })();
+        match opened {
+            Ok(ports) => Some(Self {
+                ports: RwLock::new(ports),
+            }),
+            Err(e) => {
+                ibcm_log!(
+                    Debug,
+                    "{dev}: no send-only umad agent ({e:?}): CM MADs go through the MAD switch"
+                );
+                None
+            }
+        }
+    }
+
+    /// Writes `mad` from `port_num`: `-ENODEV` once closed.
+    pub fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        let ports = self.ports.read();
+        let Some(port) = ports.iter().find(|p| p.port_num == port_num) else {
+            return Err(if ports.is_empty() { ENODEV } else { EINVAL });
+        };
+        port.post(addr, mad)
+    }
+
+    /// Unregisters the agents and closes the fds, once sends in progress
+    /// are done.
+    pub fn close(&self) {
+        self.ports.write().clear();
+    }
+}
+
 /// The reader thread of one port.
 struct Reader {
     lib: &'static Lib,
     fd: c_int,
     simulated: bool,
+    /// MADs read per poll: [`BURST`] where a read finds the fd empty
+    /// without waiting, else 1.
+    burst: usize,
     wake: c_int,
     port_num: u8,
     dev: String,
@@ -495,10 +621,23 @@ impl Reader {
                 Err(None) => return, // closed
                 Err(Some(e)) => return self.port_gone(e),
             }
-            if let Err(e) = self.receive() {
+            if let Err(e) = batch::receive_batch(|| self.receive_burst()) {
                 return self.port_gone(e);
             }
         }
+    }
+
+    /// Reads what the port has, up to [`BURST`] MADs, with one `poll` before
+    /// them all: the read that finds the fd empty ends the burst. A
+    /// simulated port reads one per poll, as it always did (umad2sim's poll
+    /// ticks every 100 ms).
+    fn receive_burst(&self) -> CmResult {
+        for _ in 0..self.burst {
+            if !self.receive()? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Waits for a MAD (true), or nothing (false, a simulated port's tick);
@@ -545,8 +684,9 @@ impl Reader {
         Ok(revents & libc::POLLIN != 0)
     }
 
-    /// Reads one MAD and hands it on; an error only when the port is unusable.
-    fn receive(&self) -> CmResult {
+    /// Reads one MAD and hands it on: false when there was none to read; an
+    /// error only when the port is unusable.
+    fn receive(&self) -> CmResult<bool> {
         let mut buf = UserMad {
             agent_id: 0,
             status: 0,
@@ -562,8 +702,9 @@ impl Reader {
             unsafe { (self.lib.recv)(self.fd, (&mut buf as *mut UserMad).cast(), &mut len, 0) };
         if rc < 0 {
             return match -rc {
-                // Nothing there after all, or a MAD too long for the CM.
-                libc::EAGAIN | libc::EINTR | libc::ENOSPC => Ok(()),
+                // Nothing there (after all), or a MAD too long for the CM
+                // (ib_umad keeps it queued: the burst ends, as before).
+                libc::EAGAIN | libc::EINTR | libc::ENOSPC => Ok(false),
                 e => Err(Errno(e)),
             };
         }
@@ -584,7 +725,7 @@ impl Reader {
                 self.port_num,
                 buf.status
             );
-            return Ok(()); // a send completion or a short MAD: nothing for the CM
+            return Ok(true); // a send completion or a short MAD: nothing for the CM
         }
         let a = buf.addr;
         let reply = MadAddr {
@@ -599,7 +740,7 @@ impl Reader {
             flow_label: u32::from_be(a.flow_label),
         };
         (self.recv)(self.port_num, reply, Arc::new(buf.data));
-        Ok(())
+        Ok(true)
     }
 
     /// The port is gone (the device was removed): stop reading and sending,
@@ -617,17 +758,10 @@ impl Reader {
     }
 }
 
-impl MadTransport for UmadTransport {
-    fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
-        let ports = self.ports.read();
-        let Some(port) = ports.iter().find(|p| p.handle.port_num == port_num) else {
-            // No such port, or closed (no port left): never a stale fd.
-            return Err(if ports.is_empty() { ENODEV } else { EINVAL });
-        };
-        if port.dead.load(Ordering::Acquire) {
-            return Err(ENODEV);
-        }
-        let port = &port.handle;
+impl PortHandle {
+    /// Writes `mad` to `addr` from this port (one `umad_send`).
+    fn post(&self, addr: &MadAddr, mad: &Mad) -> CmResult {
+        let (port, port_num) = (self, self.port_num);
         // The agent of the MAD's class: the SA's for path queries.
         let agent_id = if mad[1] == crate::sa::MGMT_CLASS_SA {
             port.sa_agent_id.ok_or(crate::errno::EOPNOTSUPP)?
@@ -692,6 +826,20 @@ impl MadTransport for UmadTransport {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+impl MadTransport for UmadTransport {
+    fn send(&self, port_num: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
+        let ports = self.ports.read();
+        let Some(port) = ports.iter().find(|p| p.handle.port_num == port_num) else {
+            // No such port, or closed (no port left): never a stale fd.
+            return Err(if ports.is_empty() { ENODEV } else { EINVAL });
+        };
+        if port.dead.load(Ordering::Acquire) {
+            return Err(ENODEV);
+        }
+        port.handle.post(addr, mad)
     }
 
     fn close(&self) {
