@@ -938,30 +938,39 @@ fn a_listen_on_a_held_service_id_is_never_refused_and_a_refused_ones_unlisten_is
     assert_eq!(c.listen(0x40_0000), Ok(0x40_0000));
 }
 
-#[test]
-fn hostile_a_forked_child_does_not_keep_a_dead_process_registered() {
-    // The process that registered: a real one, which dies below. The
-    // connection's other end stays open in this test process, as in a
-    // child forked after ibcm_open_device that inherited the socket.
-    let mut registrant = std::process::Command::new("sleep")
+/// A fabric whose switch serves one connection as a real process's (a
+/// `sleep` the test kills when it wants the registrant gone), and the
+/// connection's other end, kept by the test as by a child that inherited
+/// the socket.
+fn served_as_a_living_process(index: u32, uid: u32) -> (std::process::Child, Fabric, Client) {
+    let registrant = std::process::Command::new("sleep")
         .arg("600")
         .spawn()
         .expect("sleep");
     let cred = super::PeerCred {
         pid: registrant.id() as i32,
-        uid: 4343,
-        gid: 4343,
+        uid,
+        gid: uid,
     };
-    let f = Fabric::new(3280, SwitchConfig::default());
+    let f = Fabric::new(index, SwitchConfig::default());
     let (inherited, theirs) = SeqPacket::pair().unwrap();
     let switch = f.switch.clone();
     std::thread::spawn(move || switch.serve_as(theirs, cred));
     inherited.set_recv_timeout(Some(WAIT)).unwrap();
-    let mut a = Client {
+    let a = Client {
         conn: inherited,
         backlog: VecDeque::new(),
         seq: 0,
     };
+    (registrant, f, a)
+}
+
+#[test]
+fn hostile_a_forked_child_does_not_keep_a_dead_process_registered() {
+    // The process that registered: a real one, which dies below. The
+    // connection's other end stays open in this test process, as in a
+    // child forked after ibcm_open_device that inherited the socket.
+    let (mut registrant, f, mut a) = served_as_a_living_process(3280, 4343);
     let slice_a = a.register(&f.device).expect("registered");
     assert_eq!(a.listen(0x9000), Ok(0x9000));
     a.send_mad(&dreq(slice_a.base | 2, 0x10), &remote_addr(&f));
@@ -1385,25 +1394,7 @@ fn hostile14_a_child_flooding_after_its_parent_died_is_cut_off_within_the_bound(
     // child is cut off (when the daemon catches up with it, or after
     // MESSAGES_AFTER_EXIT), and what it got handled after the death is at
     // most that plus the rest of the burst the daemon was in.
-    let mut registrant = std::process::Command::new("sleep")
-        .arg("600")
-        .spawn()
-        .expect("sleep");
-    let cred = super::PeerCred {
-        pid: registrant.id() as i32,
-        uid: 4344,
-        gid: 4344,
-    };
-    let f = Fabric::new(3290, SwitchConfig::default());
-    let (inherited, theirs) = SeqPacket::pair().unwrap();
-    let switch = f.switch.clone();
-    std::thread::spawn(move || switch.serve_as(theirs, cred));
-    inherited.set_recv_timeout(Some(WAIT)).unwrap();
-    let mut a = Client {
-        conn: inherited,
-        backlog: VecDeque::new(),
-        seq: 0,
-    };
+    let (mut registrant, f, mut a) = served_as_a_living_process(3290, 4344);
     let slice = a.register(&f.device).expect("registered");
     a.send_mad(&dreq(slice.base | 2, 0x10), &remote_addr(&f));
     a.sync();
