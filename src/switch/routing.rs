@@ -262,6 +262,15 @@ enum Route {
     Done,
 }
 
+/// What a MAD received on `device` `port` that no process got was: the
+/// warning `Switch::count_loss` gives.
+fn lost_inbound(device: &str, port: u8, mad: &Mad, e: std::io::Error) -> String {
+    format!(
+        "a {} received on {device} port {port} was lost, its process's socket refused it: {e}",
+        attr::name(u16::from_be_bytes([mad[16], mad[17]]))
+    )
+}
+
 /// Reads the big-endian u32 at `at`.
 fn be32(mad: &Mad, at: usize) -> u32 {
     u32::from_be_bytes(mad[at..at + 4].try_into().expect("4 bytes"))
@@ -340,6 +349,16 @@ impl Switch {
 
     pub fn count(&self, counter: SwitchCounter) {
         self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a MAD the switch lost (`counter`) and says so at warn level
+    /// the 1st, 2nd, 4th, 8th… time: a loss the peer's retransmission hides
+    /// still shows where it happened, and a flood of them cannot fill the log.
+    fn count_loss(&self, counter: SwitchCounter, what: impl FnOnce() -> String) {
+        let n = self.counters[counter as usize].fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            ibcm_log!(Warn, "ibcmd: {} ({} {n} so far)", what(), counter.name());
+        }
     }
 
     pub fn counter(&self, counter: SwitchCounter) -> u64 {
@@ -590,7 +609,9 @@ impl Switch {
                 // a full receive queue would; the sender retransmits.
                 match conn.send(&msg.encode(), false) {
                     Ok(()) => self.count(counter),
-                    Err(_) => self.count(SwitchCounter::RxClientBusy),
+                    Err(e) => self.count_loss(SwitchCounter::RxClientBusy, || {
+                        lost_inbound(device, port, mad, e)
+                    }),
                 }
             }
             Route::ToAll(conns) => {
@@ -603,14 +624,24 @@ impl Switch {
                 for conn in conns {
                     match conn.send(&msg, false) {
                         Ok(()) => self.count(SwitchCounter::RxToOwner),
-                        Err(_) => self.count(SwitchCounter::RxClientBusy),
+                        Err(e) => self.count_loss(SwitchCounter::RxClientBusy, || {
+                            lost_inbound(device, port, mad, e)
+                        }),
                     }
                 }
             }
             Route::Answer(answer, counter) => {
                 let transport = self.devices.read().get(device).map(|d| d.transport.clone());
-                if let Some(t) = transport {
-                    let _ = t.send(port, &addr, &answer);
+                if let Some(t) = transport
+                    && let Err(e) = t.send(port, &addr, &answer)
+                {
+                    ibcm_log!(
+                        Warn,
+                        "ibcmd: the {} answering a {} on {device} port {port} was not sent: {}",
+                        attr::name(u16::from_be_bytes([answer[16], answer[17]])),
+                        attr::name(u16::from_be_bytes([mad[16], mad[17]])),
+                        std::io::Error::from_raw_os_error(e.0),
+                    );
                 }
                 self.count(counter);
             }
@@ -719,7 +750,9 @@ impl Switch {
         };
         match conn.send(&msg.encode(), false) {
             Ok(()) => self.count(SwitchCounter::RxSaAnswers),
-            Err(_) => self.count(SwitchCounter::RxClientBusy),
+            Err(e) => self.count_loss(SwitchCounter::RxClientBusy, || {
+                format!("an SA answer for client {client} was lost, its socket refused it: {e}")
+            }),
         }
         Route::Done
     }
@@ -785,7 +818,13 @@ impl Switch {
                 Ok(())
             }
             Err(e) => {
-                self.count(SwitchCounter::TxRefused);
+                self.count_loss(SwitchCounter::TxRefused, || {
+                    format!(
+                        "a {} of client {client} was not sent on port {port}: {}",
+                        attr::name(u16::from_be_bytes([mad[16], mad[17]])),
+                        std::io::Error::from_raw_os_error(e.0)
+                    )
+                });
                 Err(e)
             }
         }

@@ -616,6 +616,7 @@ fn hostile_open_device_does_not_hang_when_the_daemon_does_not_accept() {
 #[test]
 fn hostile_a_process_that_never_reads_pins_a_bounded_amount_of_memory() {
     let f = Fabric::new(3150, SwitchConfig::default());
+    let log = crate::log::capture::Capture::of(&[&f.device]);
     let (attacker, slice) = f.client();
     // DREQs of its own connections to its own port: each comes back and is
     // routed to it, and it never reads. What the daemon's socket buffer
@@ -644,6 +645,16 @@ fn hostile_a_process_that_never_reads_pins_a_bounded_amount_of_memory() {
     assert!(
         queued <= 2048,
         "{queued} MADs queued for one process that never reads"
+    );
+    // Each MAD lost is counted; the warnings that say where are sparse (the
+    // 1st, 2nd, 4th… loss), so the flood cannot flood the log too.
+    let busy = f.switch.counter(SwitchCounter::RxClientBusy);
+    let warned = log.lines_with(&["a DREQ received on", "socket refused it", "rx_client_busy"]);
+    assert!(busy > 0, "nothing was lost");
+    assert_eq!(
+        warned.len() as u32,
+        busy.ilog2() + 1,
+        "{busy} lost, warnings: {warned:?}"
     );
 }
 
