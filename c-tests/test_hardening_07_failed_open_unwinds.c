@@ -10,7 +10,9 @@
 
 static void expect_nothing_left(const char *after) {
   int tid;
-  int threads = fake_umad_threads("ibcm-umad", &tid);
+  /* The reader was joined, but pthread_join returns when the kernel clears
+   * the thread's tid, a moment before /proc/self/task drops it: wait. */
+  int threads = fake_umad_wait_threads("ibcm-umad", 0, &tid);
   EXPECT(fake_umad_open_fds() == 0 && fake_umad_agents() == 0 && threads == 0,
          "after %s: %d fds open, %d agents, %d reader threads", after,
          fake_umad_open_fds(), fake_umad_agents(), threads);
