@@ -66,8 +66,9 @@ pub struct Tables {
     /// (request ID, sender GID, sender LID) → the id answering that SIDR
     /// request (`cm.remote_sidr_table`).
     pub remote_sidr: HashMap<(u32, [u8; 16], u16), Weak<CmIdPriv>>,
-    /// Open devices by the address C knows them by.
-    pub devices: HashMap<usize, Arc<Device>>,
+    /// Open devices by the address C knows them by (the library's own keys:
+    /// looked up for every id created and every MAD received).
+    pub devices: OwnKeyMap<usize, Arc<Device>>,
     next_index: u32,
     pub listen_service_id: u64,
     /// XORed into every local comm ID (`cm.random_id_operand`).
@@ -82,7 +83,7 @@ static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
         remote_id: HashMap::new(),
         remote_qpn: HashMap::new(),
         remote_sidr: HashMap::new(),
-        devices: HashMap::new(),
+        devices: OwnKeyMap::default(),
         next_index: (random >> 32) as u32,
         listen_service_id: FIRST_ASSIGNED_SERVICE_ID,
         random_id_operand: random as u32,

@@ -125,7 +125,10 @@ const ALTERNATE: PathFields = PathFields {
     local_ack_timeout: CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT,
 };
 
+// Inlined, like `Field`'s accessors: with `PRIMARY` or `ALTERNATE` known at
+// the call, every offset and mask is a constant.
 impl PathFields {
+    #[inline(always)]
     pub(super) fn set(&self, mad: &mut Mad, path: &ReqPath) {
         self.local_lid.set(mad, path.local_lid.into());
         self.remote_lid.set(mad, path.remote_lid.into());
@@ -141,6 +144,7 @@ impl PathFields {
             .set(mad, path.local_ack_timeout.into());
     }
 
+    #[inline(always)]
     pub(super) fn get(&self, mad: &Mad) -> ReqPath {
         ReqPath {
             local_lid: self.local_lid.get(mad) as u16,
