@@ -25,6 +25,10 @@
  * library's latency without the tool's own wake-up: on a virtual machine
  * whose idle vCPUs halt, a futex wake-up costs 5-6 us, half a cycle.
  *
+ * With --chain the DREP_RECEIVED handler starts the slot's next cycle
+ * itself, on the library's worker thread: no thread hands work to another,
+ * and the rate is the library's own cost of a whole lifecycle.
+ *
  * No QPs: like ibcm-cmtime, this tool never creates one; QPNs are made up.
  */
 
@@ -70,6 +74,7 @@ struct slot {
 	uint64_t t_dreq;	/* before ib_send_cm_dreq */
 	uint64_t t_drep;	/* DREP_RECEIVED */
 	bool failed;
+	bool counted;		/* --chain: the handler counted it already */
 };
 
 struct samples {
@@ -83,6 +88,7 @@ static struct {
 	unsigned int window;
 	double seconds;
 	unsigned int poll_us;
+	bool chain;
 	bool json;
 
 	struct ib_device *active_dev;
@@ -90,7 +96,9 @@ static struct {
 	struct ib_cm_id *listener;
 	struct sa_path_rec path;
 	struct slot *slots;
-	uint32_t next_qpn;
+	atomic_uint next_qpn;
+	/* No cycle starts after it (set before the first starts). */
+	uint64_t deadline;
 
 	/* Finished slots, queued by handlers for the main thread. */
 	pthread_mutex_t lock;
@@ -105,6 +113,7 @@ static struct {
 	atomic_uint failures;
 	atomic_uint messages;
 
+	/* Under lock: --chain counts cycles on the worker thread. */
 	uint64_t cycles;
 	struct samples cycle, connect, dreq_rtt;
 } lb = {
@@ -145,6 +154,37 @@ static void slot_done(unsigned int s)
 		pthread_cond_signal(&lb.cond);
 }
 
+static int start_cycle(unsigned int s);
+static void sample(struct samples *s, uint64_t v);
+
+/* Counts a finished cycle and keeps its times; the caller holds lb.lock. */
+static void count_cycle(const struct slot *slot)
+{
+	if (slot->failed || slot->counted)
+		return;
+	lb.cycles++;
+	sample(&lb.cycle, slot->t_drep - slot->t_start);
+	sample(&lb.connect, slot->t_rep - slot->t_start);
+	sample(&lb.dreq_rtt, slot->t_drep - slot->t_dreq);
+}
+
+/* --chain: the slot's next cycle starts here, in the DREP handler; true if it did. */
+static bool chain_next_cycle(unsigned int s)
+{
+	struct slot *slot = &lb.slots[s];
+
+	pthread_mutex_lock(&lb.lock);
+	count_cycle(slot);
+	pthread_mutex_unlock(&lb.lock);
+	slot->counted = true;
+	if (now_ns() >= lb.deadline || atomic_load(&lb.failures))
+		return false;
+	if (start_cycle(s) == 0)
+		return true;
+	slot->failed = true;	/* start_cycle cleared the slot */
+	return false;
+}
+
 static int active_handler(struct ib_cm_id *cm_id,
 			  const struct ib_cm_event *event)
 {
@@ -173,7 +213,8 @@ static int active_handler(struct ib_cm_id *cm_id,
 		return 0;
 	case IB_CM_DREP_RECEIVED:
 		slot->t_drep = now_ns();
-		slot_done(s);
+		if (!lb.chain || !chain_next_cycle(s))
+			slot_done(s);
 		return 1;	/* the library destroys the id */
 	case IB_CM_REQ_ERROR:
 	case IB_CM_REJ_RECEIVED:
@@ -230,11 +271,11 @@ static int start_cycle(unsigned int s)
 	struct slot *slot = &lb.slots[s];
 	struct ib_cm_req_param req;
 	struct ib_cm_id *id;
+	uint32_t qpn;
 	int ret;
 
 	memset(slot, 0, sizeof(*slot));
-	if (++lb.next_qpn >= QPN_LIMIT)
-		lb.next_qpn = 1;
+	qpn = atomic_fetch_add(&lb.next_qpn, 1) % (QPN_LIMIT - 1) + 1;
 	slot->t_start = now_ns();
 	id = ib_create_cm_id(lb.active_dev, active_handler,
 			     (void *)(uintptr_t)s);
@@ -247,7 +288,7 @@ static int start_cycle(unsigned int s)
 	memset(&req, 0, sizeof(req));
 	req.primary_path = &lb.path;
 	req.service_id = htobe64(SERVICE_ID);
-	req.qp_num = lb.next_qpn;
+	req.qp_num = qpn;
 	req.qp_type = IB_QPT_RC;
 	req.responder_resources = 1;
 	req.initiator_depth = 1;
@@ -358,14 +399,14 @@ static void poll_for_done(void)
 static uint64_t run(void)
 {
 	unsigned int in_flight = 0, batch_n, *batch;
-	uint64_t start, deadline, last_progress, now;
+	uint64_t start, last_progress, now, cycles_seen = 0;
 	struct timespec ts;
 
 	batch = calloc(lb.window, sizeof(*batch));
 	if (!batch)
 		return 0;
 	start = now_ns();
-	deadline = start + (uint64_t)(lb.seconds * NSEC_PER_SEC);
+	lb.deadline = start + (uint64_t)(lb.seconds * NSEC_PER_SEC);
 	last_progress = start;
 	for (unsigned int s = 0; s < lb.window; s++)
 		if (start_cycle(s) == 0)
@@ -376,6 +417,10 @@ static uint64_t run(void)
 		pthread_mutex_lock(&lb.lock);
 		while (!lb.done_count) {
 			now = now_ns();
+			if (lb.cycles != cycles_seen) {	/* --chain */
+				cycles_seen = lb.cycles;
+				last_progress = now;
+			}
 			if (now - last_progress > STALL_NS)
 				break;
 			lb.main_waiting = true;
@@ -389,6 +434,9 @@ static uint64_t run(void)
 			batch[i] = lb.done_q[(lb.done_head + i) % lb.window];
 		lb.done_head = (lb.done_head + batch_n) % lb.window;
 		lb.done_count = 0;
+		for (unsigned int i = 0; i < batch_n; i++)
+			count_cycle(&lb.slots[batch[i]]);
+		cycles_seen = lb.cycles;
 		pthread_mutex_unlock(&lb.lock);
 
 		now = now_ns();
@@ -400,15 +448,7 @@ static uint64_t run(void)
 		}
 		last_progress = now;
 		for (unsigned int i = 0; i < batch_n; i++) {
-			struct slot *slot = &lb.slots[batch[i]];
-
-			if (!slot->failed) {
-				lb.cycles++;
-				sample(&lb.cycle, slot->t_drep - slot->t_start);
-				sample(&lb.connect, slot->t_rep - slot->t_start);
-				sample(&lb.dreq_rtt, slot->t_drep - slot->t_dreq);
-			}
-			if (now < deadline && !atomic_load(&lb.failures) &&
+			if (now < lb.deadline && !atomic_load(&lb.failures) &&
 			    start_cycle(batch[i]) == 0)
 				continue;
 			in_flight--;
@@ -458,11 +498,11 @@ static void report(uint64_t wall, bool ok)
 	for (int i = 0; i < 3; i++)
 		qsort(m[i]->v, m[i]->n, sizeof(uint64_t), cmp_u64);
 	if (lb.json) {
-		printf("{\n  \"tool\": \"" PROG "\",\n  \"window\": %u,\n  \"poll_us\": %u,\n"
+		printf("{\n  \"tool\": \"" PROG "\",\n  \"window\": %u,\n  \"poll_us\": %u,\n  \"chain\": %s,\n"
 		       "  \"seconds\": %.3f,\n  \"cycles\": %llu,\n"
 		       "  \"cycles_per_sec\": %.1f,\n  \"failures\": %u,\n"
 		       "  \"status\": \"%s\",\n  \"latency_us\": {",
-		       lb.window, lb.poll_us, secs, (unsigned long long)lb.cycles, rate,
+		       lb.window, lb.poll_us, lb.chain ? "true" : "false", secs, (unsigned long long)lb.cycles, rate,
 		       atomic_load(&lb.failures), ok ? "ok" : "failed");
 		for (int i = 0; i < 3; i++)
 			printf("%s\n    \"%s\": {\"min\": %.3f, \"p50\": %.3f, "
@@ -473,8 +513,9 @@ static void report(uint64_t wall, bool ok)
 		printf("\n  }\n}\n");
 		return;
 	}
-	printf("%llu connect+disconnect cycles in %.3f s with %u in flight: %.0f cycles/s%s\n",
-	       (unsigned long long)lb.cycles, secs, lb.window, rate,
+	printf("%llu connect+disconnect cycles in %.3f s with %u in flight%s: %.0f cycles/s%s\n",
+	       (unsigned long long)lb.cycles, secs, lb.window,
+	       lb.chain ? ", chained in the handler" : "", rate,
 	       ok ? "" : " (FAILED)");
 	printf("%-12s %10s %10s %10s %10s\n", "per cycle", "min(us)",
 	       "p50(us)", "p99(us)", "max(us)");
@@ -487,7 +528,8 @@ static void report(uint64_t wall, bool ok)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: " PROG " [-w window] [-t seconds] [-p us] [-d dev] [-D dev] [--json]\n"
+		"usage: " PROG " [-w window] [-t seconds] [-p us] [--chain] [-d dev] [-D dev]\n"
+		"       [--json]\n"
 		"\n"
 		"Closed-loop connect+disconnect cycles through libib_cm: `window` slots\n"
 		"each run create id, REQ/REP/RTU, DREQ/DREP, destroy, again and again\n"
@@ -497,6 +539,8 @@ static void usage(FILE *out)
 		"  -t, --seconds S       how long to start new cycles (default 2)\n"
 		"  -p, --poll US         look for finished cycles for up to US microseconds\n"
 		"                        before sleeping (default 0: sleep at once)\n"
+		"      --chain           start each slot's next cycle in its DREP handler,\n"
+		"                        on the library's thread\n"
 		"  -d, --active-dev DEV  default loop0\n"
 		"  -D, --passive-dev DEV default loop1\n"
 		"      --json            JSON instead of text\n");
@@ -508,6 +552,7 @@ static int parse_args(int argc, char **argv)
 		{ "window", required_argument, NULL, 'w' },
 		{ "seconds", required_argument, NULL, 't' },
 		{ "poll", required_argument, NULL, 'p' },
+		{ "chain", no_argument, NULL, 'c' },
 		{ "active-dev", required_argument, NULL, 'd' },
 		{ "passive-dev", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
@@ -532,6 +577,9 @@ static int parse_args(int argc, char **argv)
 				fprintf(stderr, PROG ": -t: seconds, more than 0\n");
 				return -1;
 			}
+			break;
+		case 'c':
+			lb.chain = true;
 			break;
 		case 'p':
 			errno = 0;
