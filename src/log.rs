@@ -20,11 +20,21 @@ pub enum Level {
 /// The level `IBCM_LOG` asks for. A value that names no level means `warn`
 /// and says so in one line, written once the level is known (nothing logs
 /// while it is being set).
+///
+/// Inlined: every traced state change and MAD asks (a dozen times per
+/// connection), and once the level is known the answer is one load.
+#[inline]
 pub fn max_level() -> Level {
-    static LEVEL: OnceLock<Level> = OnceLock::new();
-    if let Some(level) = LEVEL.get() {
-        return *level;
+    match LEVEL.get() {
+        Some(level) => *level,
+        None => read_level(),
     }
+}
+
+static LEVEL: OnceLock<Level> = OnceLock::new();
+
+#[cold]
+fn read_level() -> Level {
     let value = crate::ffi::sys::secure_var_os(c"IBCM_LOG");
     let asked = value.as_deref().map(parse_level);
     let mut first = false;
@@ -59,6 +69,7 @@ fn parse_level(value: &std::ffi::OsStr) -> Option<Level> {
     .map(|(_, level)| level)
 }
 
+#[inline]
 pub fn enabled(level: Level) -> bool {
     level <= max_level() || capture::active()
 }
