@@ -46,6 +46,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <rdma/ib_cm.h>
 
 #define PROG "ibcm-loopbench"
@@ -108,6 +110,9 @@ static struct {
 	/* Written under lock; --poll also reads it without (atomically). */
 	unsigned int done_count;
 	bool main_waiting;
+
+	/* --poll: looks that ended without a finished cycle. */
+	uint64_t polls, polls_timed_out;
 
 	atomic_uint live_passive;
 	atomic_uint failures;
@@ -382,17 +387,43 @@ static int setup(void)
 	return 0;
 }
 
-/* --poll: waits up to poll_us for a finished slot without sleeping. */
+/*
+ * --poll: waits up to poll_us for a finished slot without sleeping. It
+ * yields between looks, as the library's worker does: the handler that
+ * finishes the slot may need this very CPU.
+ */
 static void poll_for_done(void)
 {
 	uint64_t until;
 
 	if (!lb.poll_us)
 		return;
+	lb.polls++;
 	until = now_ns() + lb.poll_us * NSEC_PER_USEC;
-	while (!__atomic_load_n(&lb.done_count, __ATOMIC_ACQUIRE) &&
-	       now_ns() < until)
-		;
+	while (!__atomic_load_n(&lb.done_count, __ATOMIC_ACQUIRE)) {
+		if (now_ns() >= until) {
+			lb.polls_timed_out++;
+			return;
+		}
+		sched_yield();
+	}
+}
+
+/* A decimal number in [min, max], nothing else (no sign, no blanks). */
+static bool parse_uint(const char *arg, unsigned long min, unsigned long max,
+		       unsigned long *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*arg < '0' || *arg > '9')
+		return false;
+	errno = 0;
+	v = strtoull(arg, &end, 10);
+	if (*end || errno || v < min || v > max)
+		return false;
+	*out = (unsigned long)v;
+	return true;
 }
 
 /* Runs the cycles; returns the wall time from the first start to the end. */
@@ -498,11 +529,14 @@ static void report(uint64_t wall, bool ok)
 	for (int i = 0; i < 3; i++)
 		qsort(m[i]->v, m[i]->n, sizeof(uint64_t), cmp_u64);
 	if (lb.json) {
-		printf("{\n  \"tool\": \"" PROG "\",\n  \"window\": %u,\n  \"poll_us\": %u,\n  \"chain\": %s,\n"
+		printf("{\n  \"tool\": \"" PROG "\",\n  \"window\": %u,\n  \"poll_us\": %u,\n  \"polls\": %llu,\n"
+		       "  \"polls_timed_out\": %llu,\n  \"chain\": %s,\n"
 		       "  \"seconds\": %.3f,\n  \"cycles\": %llu,\n"
 		       "  \"cycles_per_sec\": %.1f,\n  \"failures\": %u,\n"
 		       "  \"status\": \"%s\",\n  \"latency_us\": {",
-		       lb.window, lb.poll_us, lb.chain ? "true" : "false", secs, (unsigned long long)lb.cycles, rate,
+		       lb.window, lb.poll_us, (unsigned long long)lb.polls,
+		       (unsigned long long)lb.polls_timed_out,
+		       lb.chain ? "true" : "false", secs, (unsigned long long)lb.cycles, rate,
 		       atomic_load(&lb.failures), ok ? "ok" : "failed");
 		for (int i = 0; i < 3; i++)
 			printf("%s\n    \"%s\": {\"min\": %.3f, \"p50\": %.3f, "
@@ -523,6 +557,10 @@ static void report(uint64_t wall, bool ok)
 		printf("%-12s %10.2f %10.2f %10.2f %10.2f\n", names[i],
 		       pct_us(m[i], 0), pct_us(m[i], 50), pct_us(m[i], 99),
 		       pct_us(m[i], 100));
+	if (lb.poll_us)
+		printf("polls: %llu, %llu of them found no finished cycle within %u us (the thread then slept)\n",
+		       (unsigned long long)lb.polls,
+		       (unsigned long long)lb.polls_timed_out, lb.poll_us);
 }
 
 static void usage(FILE *out)
@@ -559,17 +597,18 @@ static int parse_args(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	unsigned long value;
 	char *end;
 	int opt;
 
 	while ((opt = getopt_long(argc, argv, "w:t:p:d:D:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'w':
-			lb.window = (unsigned int)strtoul(optarg, &end, 10);
-			if (*end || !lb.window || lb.window > MAX_WINDOW) {
+			if (!parse_uint(optarg, 1, MAX_WINDOW, &value)) {
 				fprintf(stderr, PROG ": -w: 1 to %d\n", MAX_WINDOW);
 				return -1;
 			}
+			lb.window = (unsigned int)value;
 			break;
 		case 't':
 			lb.seconds = strtod(optarg, &end);
@@ -582,12 +621,11 @@ static int parse_args(int argc, char **argv)
 			lb.chain = true;
 			break;
 		case 'p':
-			errno = 0;
-			lb.poll_us = (unsigned int)strtoul(optarg, &end, 10);
-			if (*end || !*optarg || errno || lb.poll_us > 1000000) {
+			if (!parse_uint(optarg, 0, 1000000, &value)) {
 				fprintf(stderr, PROG ": -p: microseconds, 0 to 1000000\n");
 				return -1;
 			}
+			lb.poll_us = (unsigned int)value;
 			break;
 		case 'd':
 			lb.active_dev_name = optarg;
