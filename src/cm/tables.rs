@@ -18,7 +18,7 @@ use crate::transport::IdSlice;
 const FIRST_ASSIGNED_SERVICE_ID: u64 = 0x0200_0000_0000_0000;
 
 /// Hashes keys the library picks itself (local comm IDs, addresses): one
-/// multiply and a fold instead of SipHash, on the two tables every MAD and
+/// multiply and a fold instead of SipHash, on the tables every MAD and
 /// every C call looks in. A peer chooses only what is looked up in them, never
 /// what is stored, so it cannot make the tables collide. Tables keyed by what
 /// peers send keep the std hasher and its random key.

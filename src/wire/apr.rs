@@ -166,3 +166,24 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_APR_LOCAL_COMM_ID", CM_APR_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_APR_REMOTE_COMM_ID", CM_APR_REMOTE_COMM_ID);
+        crate::wire::field::reference::field(
+            "CM_APR_ADDITIONAL_INFORMATION_LENGTH",
+            CM_APR_ADDITIONAL_INFORMATION_LENGTH,
+        );
+        crate::wire::field::reference::field("CM_APR_AR_STATUS", CM_APR_AR_STATUS);
+        crate::wire::field::reference::bytes(
+            "CM_APR_ADDITIONAL_INFORMATION",
+            CM_APR_ADDITIONAL_INFORMATION,
+        );
+        crate::wire::field::reference::bytes("CM_APR_PRIVATE_DATA", CM_APR_PRIVATE_DATA);
+    }
+}

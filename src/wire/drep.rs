@@ -137,3 +137,15 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_DREP_LOCAL_COMM_ID", CM_DREP_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_DREP_REMOTE_COMM_ID", CM_DREP_REMOTE_COMM_ID);
+        crate::wire::field::reference::bytes("CM_DREP_PRIVATE_DATA", CM_DREP_PRIVATE_DATA);
+    }
+}

@@ -150,3 +150,16 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_DREQ_LOCAL_COMM_ID", CM_DREQ_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_DREQ_REMOTE_COMM_ID", CM_DREQ_REMOTE_COMM_ID);
+        crate::wire::field::reference::field("CM_DREQ_REMOTE_QPN_EECN", CM_DREQ_REMOTE_QPN_EECN);
+        crate::wire::field::reference::bytes("CM_DREQ_PRIVATE_DATA", CM_DREQ_PRIVATE_DATA);
+    }
+}

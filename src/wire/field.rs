@@ -223,3 +223,148 @@ mod tests {
         assert_eq!(FieldBytes::<4>::new(228).get(&mad), [9, 8, 7, 6]);
     }
 }
+
+/// Reference implementations each wire module checks every one of its fields
+/// against, on random MADs and values: the byte loops the inlined accessors
+/// replaced, and a bit-by-bit reading of the IBTA bit numbering.
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            // xorshift64*
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn mad(&mut self) -> Mad {
+            let mut m = [0u8; MAD_SIZE];
+            let kind = self.next() % 4;
+            for b in m.iter_mut() {
+                *b = match kind {
+                    0 => 0xff,
+                    1 => 0,
+                    _ => self.next() as u8,
+                };
+            }
+            m
+        }
+        fn val32(&mut self) -> u32 {
+            match self.next() % 5 {
+                0 => u32::MAX,
+                1 => 0,
+                2 => 1u32 << (self.next() % 32),
+                _ => self.next() as u32,
+            }
+        }
+    }
+
+    // The byte loops the accessors replaced (before a99da68), verbatim.
+    fn old_container(f: &Field, mad: &Mad) -> u32 {
+        let at = f.mad_offset();
+        mad[at..at + f.size()]
+            .iter()
+            .fold(0, |word, &b| (word << 8) | u32::from(b))
+    }
+    fn old_get(f: &Field, mad: &Mad) -> u32 {
+        (old_container(f, mad) & f.mask()) >> f.shift()
+    }
+    fn old_set(f: &Field, mad: &mut Mad, value: u32) {
+        let word = (old_container(f, mad) & !f.mask()) | ((value << f.shift()) & f.mask());
+        let at = f.mad_offset();
+        let size = f.size();
+        for (i, byte) in mad[at..at + size].iter_mut().enumerate() {
+            *byte = (word >> (8 * (size - 1 - i))) as u8;
+        }
+    }
+
+    // Independent bit-level reference: IBTA MSB-first bit numbering from the
+    // field's first bit, (MAD_HDR_SIZE + cm_offset) * 8 + bit.
+    fn bit_pos(f: &Field, i: u32) -> usize {
+        (MAD_HDR_SIZE + f.cm_offset) * 8 + f.bit as usize + i as usize
+    }
+    fn bit_get(f: &Field, mad: &Mad) -> u32 {
+        let mut v = 0u32;
+        for i in 0..f.width {
+            let p = bit_pos(f, i);
+            v = (v << 1) | u32::from((mad[p / 8] >> (7 - p % 8)) & 1);
+        }
+        v
+    }
+    fn bit_set(f: &Field, mad: &mut Mad, value: u32) {
+        for i in 0..f.width {
+            let p = bit_pos(f, i);
+            let b = ((value >> (f.width - 1 - i)) & 1) as u8;
+            mad[p / 8] = (mad[p / 8] & !(1 << (7 - p % 8))) | (b << (7 - p % 8));
+        }
+    }
+
+    pub(crate) fn field(name: &str, f: Field) {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (f.cm_offset as u64) << 8 ^ u64::from(f.bit));
+        for _ in 0..2000 {
+            let mad = rng.mad();
+            let g = f.get(&mad);
+            assert_eq!(g, old_get(&f, &mad), "{name}: get vs old");
+            assert_eq!(g, bit_get(&f, &mad), "{name}: get vs bit ref");
+            let v = rng.val32();
+            let (mut a, mut b, mut c) = (mad, mad, mad);
+            f.set(&mut a, v);
+            old_set(&f, &mut b, v);
+            bit_set(&f, &mut c, v);
+            assert_eq!(a, b, "{name}: set {v:#x} vs old");
+            assert_eq!(a, c, "{name}: set {v:#x} vs bit ref");
+            let m = if f.width == 32 {
+                u32::MAX
+            } else {
+                (1 << f.width) - 1
+            };
+            assert_eq!(f.get(&a), v & m, "{name}: roundtrip");
+        }
+    }
+
+    #[allow(clippy::needless_range_loop)]
+    pub(crate) fn field64(name: &str, f: Field64) {
+        let mut rng = Rng(0x1234_5678 ^ f.cm_offset as u64);
+        for _ in 0..2000 {
+            let mad = rng.mad();
+            let at = MAD_HDR_SIZE + f.cm_offset;
+            let r = mad[at..at + 8]
+                .iter()
+                .fold(0u64, |w, &b| (w << 8) | u64::from(b));
+            assert_eq!(f.get(&mad), r, "{name}: get");
+            let v = rng.next();
+            let (mut a, mut b) = (mad, mad);
+            f.set(&mut a, v);
+            for i in 0..8 {
+                b[at + i] = (v >> (56 - 8 * i)) as u8;
+            }
+            assert_eq!(a, b, "{name}: set");
+        }
+    }
+
+    #[allow(clippy::manual_memcpy, clippy::needless_range_loop)]
+    pub(crate) fn bytes<const N: usize>(name: &str, f: FieldBytes<N>) {
+        let mut rng = Rng(0xabcdef ^ f.cm_offset as u64 ^ (N as u64) << 20);
+        for _ in 0..500 {
+            let mad = rng.mad();
+            let at = MAD_HDR_SIZE + f.cm_offset;
+            let g = f.get(&mad);
+            for i in 0..N {
+                assert_eq!(g[i], mad[at + i], "{name}: get");
+            }
+            let mut v = [0u8; N];
+            for x in v.iter_mut() {
+                *x = rng.next() as u8;
+            }
+            let (mut a, mut b) = (mad, mad);
+            f.set(&mut a, &v);
+            for i in 0..N {
+                b[at + i] = v[i];
+            }
+            assert_eq!(a, b, "{name}: set");
+        }
+    }
+}

@@ -213,3 +213,61 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_LAP_LOCAL_COMM_ID", CM_LAP_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_LAP_REMOTE_COMM_ID", CM_LAP_REMOTE_COMM_ID);
+        crate::wire::field::reference::field("CM_LAP_REMOTE_QPN_EECN", CM_LAP_REMOTE_QPN_EECN);
+        crate::wire::field::reference::field(
+            "CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT",
+            CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_LOCAL_PORT_LID",
+            CM_LAP_ALTERNATE_LOCAL_PORT_LID,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_REMOTE_PORT_LID",
+            CM_LAP_ALTERNATE_REMOTE_PORT_LID,
+        );
+        crate::wire::field::reference::bytes(
+            "CM_LAP_ALTERNATE_LOCAL_PORT_GID",
+            CM_LAP_ALTERNATE_LOCAL_PORT_GID,
+        );
+        crate::wire::field::reference::bytes(
+            "CM_LAP_ALTERNATE_REMOTE_PORT_GID",
+            CM_LAP_ALTERNATE_REMOTE_PORT_GID,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_FLOW_LABEL",
+            CM_LAP_ALTERNATE_FLOW_LABEL,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_TRAFFIC_CLASS",
+            CM_LAP_ALTERNATE_TRAFFIC_CLASS,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_HOP_LIMIT",
+            CM_LAP_ALTERNATE_HOP_LIMIT,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_PACKET_RATE",
+            CM_LAP_ALTERNATE_PACKET_RATE,
+        );
+        crate::wire::field::reference::field("CM_LAP_ALTERNATE_SL", CM_LAP_ALTERNATE_SL);
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_SUBNET_LOCAL",
+            CM_LAP_ALTERNATE_SUBNET_LOCAL,
+        );
+        crate::wire::field::reference::field(
+            "CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT",
+            CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT,
+        );
+        crate::wire::field::reference::bytes("CM_LAP_PRIVATE_DATA", CM_LAP_PRIVATE_DATA);
+    }
+}

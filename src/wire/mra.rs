@@ -105,3 +105,17 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_MRA_LOCAL_COMM_ID", CM_MRA_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_MRA_REMOTE_COMM_ID", CM_MRA_REMOTE_COMM_ID);
+        crate::wire::field::reference::field("CM_MRA_MESSAGE_MRAED", CM_MRA_MESSAGE_MRAED);
+        crate::wire::field::reference::field("CM_MRA_SERVICE_TIMEOUT", CM_MRA_SERVICE_TIMEOUT);
+        crate::wire::field::reference::bytes("CM_MRA_PRIVATE_DATA", CM_MRA_PRIVATE_DATA);
+    }
+}

@@ -179,3 +179,22 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_REJ_LOCAL_COMM_ID", CM_REJ_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_REJ_REMOTE_COMM_ID", CM_REJ_REMOTE_COMM_ID);
+        crate::wire::field::reference::field("CM_REJ_MESSAGE_REJECTED", CM_REJ_MESSAGE_REJECTED);
+        crate::wire::field::reference::field(
+            "CM_REJ_REJECTED_INFO_LENGTH",
+            CM_REJ_REJECTED_INFO_LENGTH,
+        );
+        crate::wire::field::reference::field("CM_REJ_REASON", CM_REJ_REASON);
+        crate::wire::field::reference::bytes("CM_REJ_ARI", CM_REJ_ARI);
+        crate::wire::field::reference::bytes("CM_REJ_PRIVATE_DATA", CM_REJ_PRIVATE_DATA);
+    }
+}

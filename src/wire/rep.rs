@@ -302,3 +302,39 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_REP_LOCAL_COMM_ID", CM_REP_LOCAL_COMM_ID);
+        crate::wire::field::reference::field("CM_REP_REMOTE_COMM_ID", CM_REP_REMOTE_COMM_ID);
+        crate::wire::field::reference::field("CM_REP_LOCAL_Q_KEY", CM_REP_LOCAL_Q_KEY);
+        crate::wire::field::reference::field("CM_REP_LOCAL_QPN", CM_REP_LOCAL_QPN);
+        crate::wire::field::reference::field("CM_REP_VENDOR_ID_H", CM_REP_VENDOR_ID_H);
+        crate::wire::field::reference::field(
+            "CM_REP_LOCAL_EE_CONTEXT_NUMBER",
+            CM_REP_LOCAL_EE_CONTEXT_NUMBER,
+        );
+        crate::wire::field::reference::field("CM_REP_VENDOR_ID_M", CM_REP_VENDOR_ID_M);
+        crate::wire::field::reference::field("CM_REP_STARTING_PSN", CM_REP_STARTING_PSN);
+        crate::wire::field::reference::field("CM_REP_VENDOR_ID_L", CM_REP_VENDOR_ID_L);
+        crate::wire::field::reference::field(
+            "CM_REP_RESPONDER_RESOURCES",
+            CM_REP_RESPONDER_RESOURCES,
+        );
+        crate::wire::field::reference::field("CM_REP_INITIATOR_DEPTH", CM_REP_INITIATOR_DEPTH);
+        crate::wire::field::reference::field("CM_REP_TARGET_ACK_DELAY", CM_REP_TARGET_ACK_DELAY);
+        crate::wire::field::reference::field("CM_REP_FAILOVER_ACCEPTED", CM_REP_FAILOVER_ACCEPTED);
+        crate::wire::field::reference::field(
+            "CM_REP_END_TO_END_FLOW_CONTROL",
+            CM_REP_END_TO_END_FLOW_CONTROL,
+        );
+        crate::wire::field::reference::field("CM_REP_RNR_RETRY_COUNT", CM_REP_RNR_RETRY_COUNT);
+        crate::wire::field::reference::field("CM_REP_SRQ", CM_REP_SRQ);
+        crate::wire::field::reference::field64("CM_REP_LOCAL_CA_GUID", CM_REP_LOCAL_CA_GUID);
+        crate::wire::field::reference::bytes("CM_REP_PRIVATE_DATA", CM_REP_PRIVATE_DATA);
+    }
+}

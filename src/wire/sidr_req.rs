@@ -84,3 +84,19 @@ mod tests {
         ]);
     }
 }
+
+#[cfg(test)]
+mod accessors_match_the_reference {
+    use super::*;
+
+    #[test]
+    fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
+        crate::wire::field::reference::field("CM_SIDR_REQ_REQUESTID", CM_SIDR_REQ_REQUESTID);
+        crate::wire::field::reference::field(
+            "CM_SIDR_REQ_PARTITION_KEY",
+            CM_SIDR_REQ_PARTITION_KEY,
+        );
+        crate::wire::field::reference::field64("CM_SIDR_REQ_SERVICEID", CM_SIDR_REQ_SERVICEID);
+        crate::wire::field::reference::bytes("CM_SIDR_REQ_PRIVATE_DATA", CM_SIDR_REQ_PRIVATE_DATA);
+    }
+}
