@@ -12,6 +12,8 @@ pub mod log;
 pub mod pcap;
 pub mod sa;
 pub mod switch;
+#[cfg(test)]
+mod test_rng;
 pub mod timer;
 pub mod transport;
 pub mod wire;

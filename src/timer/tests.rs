@@ -30,21 +30,7 @@ fn run_until_first<T>(t: &mut Timers<T>) -> (Instant, T, usize) {
     unreachable!()
 }
 
-/// xorshift64*: deterministic, so a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::test_rng::Rng;
 
 #[test]
 fn timers_fire_in_deadline_order_and_cancelled_ones_never_fire() {

@@ -230,39 +230,31 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod reference {
     use super::*;
+    use crate::test_rng::Rng;
 
     /// Random MADs per field: a handful under Miri, which interprets each
     /// byte of them (2,000 took minutes a field there).
     const ROUNDS: usize = if cfg!(miri) { 4 } else { 2000 };
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            // xorshift64*
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn mad(&mut self) -> Mad {
-            let mut m = [0u8; MAD_SIZE];
-            let kind = self.next() % 4;
-            for b in m.iter_mut() {
-                *b = match kind {
-                    0 => 0xff,
-                    1 => 0,
-                    _ => self.next() as u8,
-                };
-            }
-            m
-        }
-        fn val32(&mut self) -> u32 {
-            match self.next() % 5 {
-                0 => u32::MAX,
-                1 => 0,
-                2 => 1u32 << (self.next() % 32),
-                _ => self.next() as u32,
-            }
+    /// A MAD all ones, all zeros or random (so a field's neighbours are set
+    /// and unset).
+    fn random_mad(rng: &mut Rng) -> Mad {
+        let kind = rng.below(4);
+        std::array::from_fn(|_| match kind {
+            0 => 0xff,
+            1 => 0,
+            _ => rng.next() as u8,
+        })
+    }
+
+    /// A value for a field: the extremes, one bit, or random (wider than most
+    /// fields, whose `set` must drop the rest).
+    fn random_u32(rng: &mut Rng) -> u32 {
+        match rng.below(5) {
+            0 => u32::MAX,
+            1 => 0,
+            2 => 1u32 << rng.below(32),
+            _ => rng.next() as u32,
         }
     }
 
@@ -309,11 +301,11 @@ pub(crate) mod reference {
     pub(crate) fn field(name: &str, f: Field) {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (f.cm_offset as u64) << 8 ^ u64::from(f.bit));
         for _ in 0..ROUNDS {
-            let mad = rng.mad();
+            let mad = random_mad(&mut rng);
             let g = f.get(&mad);
             assert_eq!(g, old_get(&f, &mad), "{name}: get vs old");
             assert_eq!(g, bit_get(&f, &mad), "{name}: get vs bit ref");
-            let v = rng.val32();
+            let v = random_u32(&mut rng);
             let (mut a, mut b, mut c) = (mad, mad, mad);
             f.set(&mut a, v);
             old_set(&f, &mut b, v);
@@ -333,7 +325,7 @@ pub(crate) mod reference {
     pub(crate) fn field64(name: &str, f: Field64) {
         let mut rng = Rng(0x1234_5678 ^ f.cm_offset as u64);
         for _ in 0..ROUNDS {
-            let mad = rng.mad();
+            let mad = random_mad(&mut rng);
             let at = MAD_HDR_SIZE + f.cm_offset;
             let r = mad[at..at + 8]
                 .iter()
@@ -353,7 +345,7 @@ pub(crate) mod reference {
     pub(crate) fn bytes<const N: usize>(name: &str, f: FieldBytes<N>) {
         let mut rng = Rng(0xabcdef ^ f.cm_offset as u64 ^ (N as u64) << 20);
         for _ in 0..ROUNDS / 4 + 1 {
-            let mad = rng.mad();
+            let mad = random_mad(&mut rng);
             let at = MAD_HDR_SIZE + f.cm_offset;
             let g = f.get(&mad);
             for i in 0..N {
