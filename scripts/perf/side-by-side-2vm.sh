@@ -14,13 +14,18 @@
 #   ibcm    neither VM with the kernel CM:
 #              B: ibcm-cmtime --server -D rxe0
 #              A: ibcm-cmtime --client ::ffff:10.78.0.2 -d rxe0 -c N --no-warmup
+#           then, in the same boot, tools/umad-floor.c: the same five MADs per
+#           connection over umad with no CM at all (one write per MAD sent,
+#           one read per MAD received): what any CM on umad pays at least
+#              B: umad-floor --server -d rxe0
+#              A: umad-floor --client ::ffff:10.78.0.2 -d rxe0 -c N
 #
 # ROUNDS rounds (default 3) of each, alternating, N connections (default
 # 1000). Each client and each server runs under /usr/bin/time. Prints per-phase medians and
 # the ratios ours / kernel; raw outputs and the summary go to
 # build/perf/side-by-side-2vm/. The one-VM variant (client and server sharing
 # one vCPU) is side-by-side.sh.
-USAGE=2,22 OUT_NAME=side-by-side-2vm
+USAGE=2,27 OUT_NAME=side-by-side-2vm
 . "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 
 # Shell functions for VM A's command: the agent in B, and waiting for B's
@@ -57,7 +62,14 @@ vmcpu ibcm
 vmcpu ibcm
 bctl wait -t 120 srv > /dev/null || rc=1
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
-finish ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu
+bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/umad-floor --server -d rxe0'
+bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
+vmcpu floor
+\$TIME \$SRT_JOB/floor.cpu $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json > \$SRT_JOB/floor.json || rc=1
+vmcpu floor
+bctl wait -t 120 srv > /dev/null || rc=1
+bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/floor.srvcpu
+finish ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu floor.json floor.cpu floor.srvcpu floor.vmcpu
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
 

@@ -23,6 +23,7 @@ mkdir -p "$OUT/bin" "$OUT/lib"
 need=()
 command -v cmtime >/dev/null || need+=(rdmacm-utils)
 [ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+[ -f /usr/include/infiniband/umad.h ] || need+=(libibumad-dev)
 [ -x /usr/bin/time ] || need+=(time)
 if ((${#need[@]})); then
   apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
@@ -33,4 +34,5 @@ make -s c-build >/dev/null
 cp -L build/stage/lib/libib_cm.so.0 "$OUT/lib/libib_cm.so.0"
 cp build/c/ibcm-cmtime "$OUT/bin/ibcm-cmtime"
 cc -O2 -Wall -Wextra -Werror -o "$OUT/bin/rdmacm-cmtime-noqp" tools/rdmacm-cmtime-noqp.c -lrdmacm -lpthread
+cp build/c/umad-floor "$OUT/bin/umad-floor"
 { git -C "$ROOT" rev-parse --short HEAD; git -C "$ROOT" status --short; } > "$OUT/commit" 2>/dev/null || true

@@ -139,6 +139,44 @@ L.append("")
 L.append("Per-run totals (ms):")
 for ph in PHASES:
     L.append(f"  {ph:11s} " + " | ".join(f"{t} " + " ".join(f"{v:.0f}" for v in total(t, ph)) for t in runs))
+
+# side-by-side-2vm.sh: tools/umad-floor.c, run in the same boots as ibcm-cmtime.
+floor = {"runs": [], "cpu": [], "srv": [], "vm": []}
+for r in range(1, rounds + 1):
+    o = sections(f"{out}/ibcm-{r}.txt")
+    if "floor.json" not in o:
+        break
+    floor["runs"].append(client_json(o["floor.json"]))
+    floor["cpu"].append(cpu(o["floor.cpu"]))
+    floor["srv"].append(cpu(o["floor.srvcpu"]))
+    floor["vm"].append(vm_cpu(o["floor.vmcpu"]))
+if len(floor["runs"]) == rounds:
+    rate = lambda ms: n / (ms / 1000)
+    L.append("")
+    L.append("The umad floor (tools/umad-floor.c: the five MADs of each connection over umad, no CM; "
+             "same boots as ibcm-cmtime), medians:")
+    L.append("")
+    L.append("| phase | rdma_cm, no QPs | umad floor | ibcm-cmtime | floor / no-QP | ours / floor |")
+    L.append("|---|---:|---:|---:|---:|---:|")
+    summary["floor"] = {"phases": {}}
+    for ph in ("connect", "disconnect"):
+        f = [x[ph]["total_ms"] for x in floor["runs"]]
+        q, o = med(total("noqp", ph)), med(total("ibcm", ph))
+        summary["floor"]["phases"][ph] = {"total_ms": f, "median_ms": med(f),
+                                          "conn_per_sec": rate(med(f)),
+                                          "ratio_floor_vs_noqp": rate(med(f)) / rate(q),
+                                          "ratio_ours_vs_floor": rate(o) / rate(med(f))}
+        L.append(f"| {ph} | {rate(q):,.0f}/s | {rate(med(f)):,.0f}/s | {rate(o):,.0f}/s | "
+                 f"{rate(med(f)) / rate(q):.2f}x | {rate(o) / rate(med(f)):.2f}x |")
+    per_conn = lambda c: (med(x["user_s"] for x in c) + med(x["sys_s"] for x in c)) / n * 1e6
+    fc, fs = per_conn(floor["cpu"]), per_conn(floor["srv"])
+    fa, fb = (med(x[v] for x in floor["vm"]) / n * 1e6 for v in ("a", "b"))
+    summary["floor"]["cpu_us_per_conn"] = {"client": fc, "server": fs, "client_vm": fa, "server_vm": fb}
+    L.append("")
+    L.append(f"  floor CPU per connection: client process {fc:.0f} us, server process {fs:.0f} us, "
+             f"client VM {fa:.0f} us, server VM {fb:.0f} us")
+    L.append("  floor per-run totals (ms): " + " | ".join(
+        f"{ph} " + " ".join(f"{x[ph]['total_ms']:.0f}" for x in floor["runs"]) for ph in ("connect", "disconnect")))
 text = "\n".join(L)
 print(text)
 open(f"{out}/summary.md", "w").write(text + "\n")

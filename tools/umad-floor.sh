@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# umad-floor.sh UMAD_FLOOR [CONNECTIONS]
+#
+# umad-floor (the five MADs of each connection over umad, no CM) on real
+# devices: a server on $IBCM_DEV_B (default rxe1), a client on $IBCM_DEV_A
+# (default rxe0) sending to the server port's IPv4-mapped RoCE v2 GID. Fails
+# unless the client got every answer of both phases and the server saw its
+# farewell; 77 if the devices do not exist.
+set -uo pipefail
+TOOL=${1:?usage: umad-floor.sh UMAD_FLOOR [CONNECTIONS]}
+N=${2:-100}
+A=${IBCM_DEV_A:-rxe0} B=${IBCM_DEV_B:-rxe1}
+for d in "$A" "$B"; do
+  [ -e "/sys/class/infiniband/$d" ] || { echo "umad-floor: no device $d: skipped"; exit 77; }
+done
+gid=
+for t in /sys/class/infiniband/$B/ports/1/gid_attrs/types/*; do
+  i=${t##*/}
+  [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue
+  g=$(cat "/sys/class/infiniband/$B/ports/1/gids/$i")
+  case $g in
+    0000:0000:0000:0000:0000:ffff:*)
+      h=${g#0000:0000:0000:0000:0000:ffff:}
+      gid=$(printf '::ffff:%d.%d.%d.%d' 0x${h:0:2} 0x${h:2:2} 0x${h:5:2} 0x${h:7:2})
+      break ;;
+  esac
+done
+[ -n "$gid" ] || { echo "umad-floor: $B has no IPv4-mapped RoCE v2 GID" >&2; exit 1; }
+LOG=$(mktemp /tmp/umad-floor.XXXXXX)
+trap 'rm -f "$LOG"' EXIT
+"$TOOL" --server -d "$B" > "$LOG" 2>&1 &
+server=$!
+for _ in $(seq 1 600); do
+  grep -q 'server: listening' "$LOG" && break
+  kill -0 $server 2>/dev/null || break
+  sleep 0.1
+done
+out=$("$TOOL" --client "$gid" -d "$A" -c "$N" --json)
+crc=$?
+echo "$out"
+for _ in $(seq 1 300); do kill -0 $server 2>/dev/null || break; sleep 0.1; done
+kill -0 $server 2>/dev/null && kill -TERM $server
+wait $server
+src=$?
+cat "$LOG"
+echo "umad-floor: client rc=$crc, server rc=$src ($A -> $B at $gid)"
+[ $crc = 0 ] && [ $src = 0 ] || exit 1
+# The server saw every connection's REQ, RTU and DREQ and a farewell (more
+# if the client wrote some again), the client an answer for each request.
+got=$(sed -n 's/.*bye; \([0-9]*\) MADs received.*/\1/p' "$LOG")
+answers=$(echo "$out" | sed -n 's/.*"mads_received": \([0-9]*\),.*/\1/p')
+[ -n "$got" ] && [ "$got" -ge $((3 * N + 1)) ] && [ -n "$answers" ] && [ "$answers" -ge $((2 * N)) ] ||
+  { echo "umad-floor: server received ${got:-?} MADs, client ${answers:-?}" >&2; exit 1; }
