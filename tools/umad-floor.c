@@ -4,7 +4,7 @@
  *
  * Issue 14 names the floor of a userspace CM: one umad write per MAD sent and
  * one read per MAD received. This tool is that floor and nothing else: no
- * library, no state machine, no timers, no second thread. It exchanges the
+ * library, no state machine, no timers. It exchanges the
  * five MADs of a connection's life (REQ, REP, RTU, DREQ, DREP; CM class 0x07,
  * method Send, 256 bytes each) with the pattern of `ibcm-cmtime --client`:
  *
@@ -13,7 +13,18 @@
  *   disconnect  every DREQ written at once; the server answers each with a
  *               DREP; the phase ends when every DREP is in
  *
- * One thread, one port, one poll() per wait and reads until EAGAIN. What a
+ * One thread, one port: a poll() per wait, then reads until EAGAIN, so each
+ * wake-up costs a poll and one empty read besides a read per MAD (both are
+ * counted and reported). With
+ * --threads, the threads of a CM library instead: a reader thread polls and
+ * reads the port and hands each burst to a worker thread through a queue
+ * (a mutex and a condition variable), the worker answers (RTU, REP, DREP),
+ * and the client's main thread writes the requests and sleeps until the
+ * worker has every answer, as ibcm-cmtime's does. The difference between the
+ * two modes is what that architecture costs, with no CM in it. With
+ * --worker-reads, one thread polls, reads and answers (the worker reading the
+ * port itself) while the main thread sleeps as with --threads: the
+ * difference to --threads is the reader-to-worker hop alone. What a
  * run of this costs in a VM (its rate, its process's and the whole VM's CPU)
  * is what any CM on umad pays before its own work; the rest of a CM's cost
  * is the engine's. Side by side with the kernel CM, it says how much of a
@@ -24,10 +35,15 @@
  *
  * RoCE only (the client picks the port's first IPv4-mapped RoCE v2 GID, as
  * ibcm_init_path does). Needs the port's CM agent: not where the kernel CM
- * (ib_cm) is loaded. A phase with answers missing after a second writes the
- * missing requests again (counted as "resent"); the server answers every copy.
- * The payload's first four bytes (a comm ID's place) carry the connection's
- * index; nothing else in a message means anything.
+ * (ib_cm) is loaded. A phase with no new answer for a second writes the
+ * missing requests again (counted per phase as "resent": a run that resent
+ * is no floor, the summary flags it); the server answers every copy. An
+ * answer of the other phase or to a copy is counted as "late" and otherwise
+ * ignored. The payload's first four bytes (a comm ID's place) carry the
+ * connection's index; the transaction ID's low 32 bits are the attribute's
+ * low byte and the index, so no two MADs in flight share one (ib_umad
+ * refuses a send whose TID is still queued, and sets the high 32 bits
+ * itself). Nothing else in a message means anything.
  */
 
 #define _GNU_SOURCE
@@ -37,6 +53,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +74,7 @@
 #define RESEND_MS	1000
 #define GIVE_UP_MS	60000
 #define MAX_CONNS	1000000
+#define BURST		64
 
 /* CM attribute IDs (kernel-cm-spec.md); BYE is REJ's, told apart by mode. */
 enum attr { REQ = 0x0010, REJ_BYE = 0x0012, REP = 0x0013, RTU = 0x0014,
@@ -67,16 +85,51 @@ struct msg {
 	uint8_t mad[MAD_SIZE];
 };
 
+/* What one phase of the client saw. */
+struct phase_stats {
+	uint64_t resent;	/* requests written again */
+	uint64_t late;		/* answers to a copy, or of the other phase */
+	double total_ms;
+};
+
 static struct {
 	int fd, agent;
 	const char *dev;
 	unsigned int conns;
 	bool json;
-	uint64_t sent, received, resent, ignored;
-	/* client */
+	/* atomic: the reader, the worker and the main thread count */
+	uint64_t sent, received, ignored, polls, empty_reads;
+	uint64_t by_attr[8];	/* server: received, by attribute - REQ */
+	/* client, under `lock` */
 	struct ib_mad_addr peer;
+	uint16_t expect;	/* the answer this phase waits for */
+	struct phase_stats *phase;
 	uint8_t *answered;	/* per connection: this phase's answer is in */
-} fl = { .fd = -1, .conns = 1000 };
+	unsigned int done;	/* answers in, this phase */
+	/* server, under `lock` */
+	bool bye;		/* the client's farewell came */
+	bool failed;		/* a --threads thread failed */
+	/* --threads: the reader's queue to the worker */
+	enum { ONE_THREAD, READER_WORKER, WORKER_READS } threads;
+	pthread_mutex_t lock;
+	pthread_cond_t queued, finished;
+	struct item *queue;
+	size_t head, tail, cap;
+} fl = { .fd = -1, .conns = 1000, .lock = PTHREAD_MUTEX_INITIALIZER,
+	 .queued = PTHREAD_COND_INITIALIZER };
+
+/* A received CM MAD, as far as this tool cares. */
+struct item {
+	struct ib_mad_addr from;
+	uint16_t attr;
+	uint32_t index;
+};
+
+/* Handles one received MAD: 1 if it was a new answer, 0 if not, -1 on error. */
+typedef int got_fn(const struct ib_mad_addr *from, uint16_t attr, uint32_t index);
+
+#define COUNT(counter) __atomic_fetch_add(&fl.counter, 1, __ATOMIC_RELAXED)
+#define LOAD(counter) ((unsigned long long)__atomic_load_n(&fl.counter, __ATOMIC_RELAXED))
 
 static uint64_t now_ns(void)
 {
@@ -115,11 +168,15 @@ static void put_be32(uint8_t *p, uint32_t v) { v = htobe32(v); memcpy(p, &v, 4);
 static uint16_t get_be16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return be16toh(v); }
 static uint32_t get_be32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return be32toh(v); }
 
-/* One write: a CM MAD `attr` for connection `index` to `to`. */
-static int send_mad(const struct ib_mad_addr *to, uint16_t attr, uint32_t index)
+/*
+ * One write: a CM MAD `attr` for connection `index` to `to`. Returns 0, or
+ * -errno (reported here unless it is -EINVAL on a resend: ib_umad's answer
+ * when the same TID is still queued, i.e. the last copy is still in flight).
+ */
+static int send_mad(const struct ib_mad_addr *to, uint16_t attr, uint32_t index, bool resend)
 {
 	struct msg m;
-	uint64_t tid = htobe64(((uint64_t)attr << 32) | index);
+	uint64_t tid = htobe64((uint64_t)(attr & 0xff) << 24 | index);
 
 	memset(&m, 0, sizeof(m));
 	m.hdr.agent_id = (uint32_t)fl.agent;
@@ -133,114 +190,313 @@ static int send_mad(const struct ib_mad_addr *to, uint16_t attr, uint32_t index)
 	put_be16(&m.mad[16], attr);
 	put_be32(&m.mad[24], index);	/* where a local comm ID goes */
 	if (umad_send(fl.fd, fl.agent, &m, MAD_SIZE, 0, 0) < 0) {
-		fprintf(stderr, PROG ": umad_send: %s\n", strerror(errno));
-		return -1;
+		int err = errno;
+
+		if (!(resend && err == EINVAL))
+			fprintf(stderr, PROG ": umad_send: %s\n", strerror(err));
+		return -err;
 	}
-	fl.sent++;
+	COUNT(sent);
 	return 0;
 }
 
 /*
- * Waits up to `ms` for the port, then reads until EAGAIN, calling `got` for
- * each CM MAD. Returns the MADs read, or -1.
+ * Waits up to `ms` for the port, then reads until EAGAIN (at most `max` CM
+ * MADs), calling `got` for each. Returns the new answers among them (what
+ * `got` says), or -1.
  */
-static int drain(int ms, int (*got)(const struct ib_mad_addr *from, uint16_t attr,
-				    uint32_t index))
+static int drain(int ms, got_fn *got, int max)
 {
 	struct pollfd p = { .fd = fl.fd, .events = POLLIN };
 	struct msg m;
-	int n = 0;
+	int n = 0, fresh = 0;
 
-	if (poll(&p, 1, ms) < 0 && errno != EINTR)
+	COUNT(polls);
+	if (poll(&p, 1, ms) < 0) {
+		if (errno == EINTR)
+			return 0;
+		fprintf(stderr, PROG ": poll: %s\n", strerror(errno));
 		return -1;
-	for (;;) {
+	}
+	if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) {
+		fprintf(stderr, PROG ": the port went away (poll revents %#x)\n", p.revents);
+		return -1;
+	}
+	while (n < max) {
 		int len = MAD_SIZE;
 		int ret = umad_recv(fl.fd, &m, &len, 0);
 
 		if (ret < 0) {
-			if (ret == -EAGAIN || ret == -EWOULDBLOCK || errno == EAGAIN)
-				return n;
+			if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
+				COUNT(empty_reads);
+				break;
+			}
 			fprintf(stderr, PROG ": umad_recv: %s\n", strerror(-ret));
 			return -1;
 		}
-		n++;
-		fl.received++;
-		if (m.hdr.status || m.mad[1] != CM_CLASS) {
-			fl.ignored++;
+		COUNT(received);
+		if (m.hdr.status || len < 28 || m.mad[1] != CM_CLASS) {
+			COUNT(ignored);
 			continue;
 		}
-		if (got(&m.hdr.addr, get_be16(&m.mad[16]), get_be32(&m.mad[24])))
+		n++;
+		ret = got(&m.hdr.addr, get_be16(&m.mad[16]), get_be32(&m.mad[24]));
+		if (ret < 0)
 			return -1;
+		fresh += ret;
 	}
+	return fresh;
+}
+
+/* ---- --threads: a reader thread hands bursts to a worker thread ---- */
+
+static struct item burst[BURST];	/* the reader thread's alone */
+static int burst_len;
+static got_fn *worker_got;
+
+static int to_burst(const struct ib_mad_addr *from, uint16_t attr, uint32_t index)
+{
+	burst[burst_len++] = (struct item){ .from = *from, .attr = attr, .index = index };
+	return 0;
+}
+
+/* A thread failed: the main thread gives up (it reports, then exits). */
+static void *thread_failed(void)
+{
+	pthread_mutex_lock(&fl.lock);
+	fl.failed = true;
+	pthread_cond_broadcast(&fl.finished);
+	pthread_mutex_unlock(&fl.lock);
+	return NULL;
+}
+
+/* Appends the reader's burst to the queue; false if out of memory. */
+static bool enqueue_burst(void)
+{
+	if (fl.head == fl.tail) {
+		fl.head = fl.tail = 0;
+	} else if (fl.head > fl.cap / 2) {	/* keep the queue as long as the backlog */
+		memmove(fl.queue, fl.queue + fl.head, (fl.tail - fl.head) * sizeof(*fl.queue));
+		fl.tail -= fl.head;
+		fl.head = 0;
+	}
+	for (int i = 0; i < burst_len; i++) {
+		if (fl.tail == fl.cap) {	/* grow: a floor drops nothing */
+			size_t cap = fl.cap ? 2 * fl.cap : 1024;
+			struct item *q = realloc(fl.queue, cap * sizeof(*q));
+
+			if (!q)
+				return false;
+			fl.queue = q;
+			fl.cap = cap;
+		}
+		fl.queue[fl.tail++] = burst[i];
+	}
+	return true;
+}
+
+static void *reader(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		bool was_empty, ok;
+
+		burst_len = 0;
+		if (drain(-1, to_burst, BURST) < 0)
+			return thread_failed();
+		if (!burst_len)
+			continue;
+		pthread_mutex_lock(&fl.lock);
+		was_empty = fl.head == fl.tail;
+		ok = enqueue_burst();
+		pthread_mutex_unlock(&fl.lock);
+		if (!ok)
+			return thread_failed();
+		if (was_empty)	/* one wake-up per burst, as the library's reader */
+			pthread_cond_signal(&fl.queued);
+	}
+	return NULL;
+}
+
+static void *worker(void *arg)
+{
+	struct item batch[BURST];
+
+	(void)arg;
+	for (;;) {
+		int n = 0;
+
+		pthread_mutex_lock(&fl.lock);
+		while (fl.head == fl.tail)
+			pthread_cond_wait(&fl.queued, &fl.lock);
+		while (n < BURST && fl.head < fl.tail)
+			batch[n++] = fl.queue[fl.head++];
+		pthread_mutex_unlock(&fl.lock);
+		for (int i = 0; i < n; i++)
+			if (worker_got(&batch[i].from, batch[i].attr, batch[i].index) < 0)
+				return thread_failed();
+	}
+	return NULL;
+}
+
+/* --worker-reads: the thread that reads the port answers what it read. */
+static void *reading_worker(void *arg)
+{
+	(void)arg;
+	for (;;)
+		if (drain(-1, worker_got, BURST) < 0)
+			return thread_failed();
+	return NULL;
+}
+
+static int start_threads(got_fn *got)
+{
+	pthread_t t;
+	int err;
+
+	worker_got = got;
+	if (fl.threads == WORKER_READS)
+		err = pthread_create(&t, NULL, reading_worker, NULL);
+	else
+		err = pthread_create(&t, NULL, worker, NULL) ||
+		      pthread_create(&t, NULL, reader, NULL);
+	if (err) {
+		fprintf(stderr, PROG ": pthread_create failed\n");
+		return -1;
+	}
+	return 0;
 }
 
 /* ---- server ---- */
 
-static bool bye;
-
 static int server_got(const struct ib_mad_addr *from, uint16_t attr, uint32_t index)
 {
+	if (attr >= REQ && attr < REQ + 8)
+		COUNT(by_attr[attr - REQ]);
 	switch (attr) {
 	case REQ:
-		return send_mad(from, REP, index);
+		return send_mad(from, REP, index, false) ? -1 : 0;
 	case DREQ:
-		return send_mad(from, DREP, index);
+		return send_mad(from, DREP, index, false) ? -1 : 0;
 	case REJ_BYE:
-		bye = true;
+		pthread_mutex_lock(&fl.lock);
+		fl.bye = true;
+		pthread_cond_broadcast(&fl.finished);
+		pthread_mutex_unlock(&fl.lock);
 		return 0;
 	case RTU:
 		return 0;
 	default:
-		fl.ignored++;
+		COUNT(ignored);
 		return 0;
 	}
 }
 
 static int serve(void)
 {
+	bool failed = false;
+
 	printf(PROG ": server: listening on %s port %d\n", fl.dev, PORT_NUM);
 	fflush(stdout);
-	while (!bye)
-		if (drain(-1, server_got) < 0)
+	if (fl.threads) {
+		if (start_threads(server_got))
 			return -1;
-	printf(PROG ": server: bye; %llu MADs received, %llu sent, %llu ignored\n",
-	       (unsigned long long)fl.received, (unsigned long long)fl.sent,
-	       (unsigned long long)fl.ignored);
-	return 0;
+		pthread_mutex_lock(&fl.lock);
+		while (!fl.bye && !fl.failed)
+			pthread_cond_wait(&fl.finished, &fl.lock);
+		failed = fl.failed;
+		pthread_mutex_unlock(&fl.lock);
+	}
+	while (!failed && !fl.bye)
+		if (drain(-1, server_got, INT32_MAX) < 0)
+			failed = true;
+	printf(PROG ": server: %s; %llu MADs received (REQ %llu, RTU %llu, DREQ %llu), "
+	       "%llu sent, %llu ignored, %llu polls, %llu empty reads\n",
+	       failed ? "failed" : "bye", LOAD(received), LOAD(by_attr[0]),
+	       LOAD(by_attr[RTU - REQ]), LOAD(by_attr[DREQ - REQ]), LOAD(sent),
+	       LOAD(ignored), LOAD(polls), LOAD(empty_reads));
+	return failed ? -1 : 0;
 }
 
 /* ---- client ---- */
 
-static unsigned int done;
-
 static int client_got(const struct ib_mad_addr *from, uint16_t attr, uint32_t index)
 {
+	bool first;
+
 	(void)from;
 	if ((attr != REP && attr != DREP) || index >= fl.conns) {
-		fl.ignored++;
+		COUNT(ignored);
 		return 0;
 	}
-	if (fl.answered[index]) {
-		fl.ignored++;	/* the answer to a copy */
-		return 0;
+	pthread_mutex_lock(&fl.lock);
+	first = attr == fl.expect && !fl.answered[index];
+	if (first) {
+		fl.answered[index] = 1;
+		if (++fl.done == fl.conns)
+			pthread_cond_broadcast(&fl.finished);
+	} else {
+		fl.phase->late++;
 	}
-	fl.answered[index] = 1;
-	done++;
-	return attr == REP ? send_mad(&fl.peer, RTU, index) : 0;
+	pthread_mutex_unlock(&fl.lock);
+	if (!first)
+		return 0;
+	if (attr == REP && send_mad(&fl.peer, RTU, index, false))
+		return -1;
+	return 1;
+}
+
+/*
+ * Waits up to RESEND_MS for answers: in this thread, or (--threads) for the
+ * worker's. Returns the new answers that came in, or -1.
+ */
+static int wait_answers(void)
+{
+	struct timespec until;
+	unsigned int before;
+	bool failed;
+
+	if (fl.threads == ONE_THREAD)
+		return drain(RESEND_MS, client_got, INT32_MAX);
+	clock_gettime(CLOCK_MONOTONIC, &until);	/* `finished`'s clock (main) */
+	until.tv_sec += RESEND_MS / 1000;
+	pthread_mutex_lock(&fl.lock);
+	before = fl.done;
+	while (fl.done < fl.conns && fl.done == before && !fl.failed &&
+	       pthread_cond_timedwait(&fl.finished, &fl.lock, &until) != ETIMEDOUT)
+		;
+	before = fl.done - before;
+	failed = fl.failed;
+	pthread_mutex_unlock(&fl.lock);
+	return failed ? -1 : (int)before;
+}
+
+static unsigned int answers_in(void)
+{
+	unsigned int done;
+
+	pthread_mutex_lock(&fl.lock);
+	done = fl.done;
+	pthread_mutex_unlock(&fl.lock);
+	return done;
 }
 
 /* One phase: every `ask` written, then answers read until all are in. */
-static int run_phase(uint16_t ask, double *total_ms)
+static int run_phase(uint16_t ask, uint16_t answer, struct phase_stats *stats)
 {
 	uint64_t start = now_ns(), last = start;
 
+	pthread_mutex_lock(&fl.lock);
 	memset(fl.answered, 0, fl.conns);
-	done = 0;
+	fl.done = 0;
+	fl.expect = answer;
+	fl.phase = stats;
+	pthread_mutex_unlock(&fl.lock);
 	for (unsigned int i = 0; i < fl.conns; i++)
-		if (send_mad(&fl.peer, ask, i))
+		if (send_mad(&fl.peer, ask, i, false))
 			return -1;
-	while (done < fl.conns) {
-		int n = drain(RESEND_MS, client_got);
+	while (answers_in() < fl.conns) {
+		int n = wait_answers();
 
 		if (n < 0)
 			return -1;
@@ -250,17 +506,29 @@ static int run_phase(uint16_t ask, double *total_ms)
 		}
 		if (now_ns() - last > GIVE_UP_MS * 1000000ull) {
 			fprintf(stderr, PROG ": %u of %u answers missing for %d ms\n",
-				fl.conns - done, fl.conns, GIVE_UP_MS);
+				fl.conns - answers_in(), fl.conns, GIVE_UP_MS);
 			return -1;
 		}
-		for (unsigned int i = 0; i < fl.conns; i++)
-			if (!fl.answered[i]) {
-				if (send_mad(&fl.peer, ask, i))
-					return -1;
-				fl.resent++;
-			}
+		for (unsigned int i = 0; i < fl.conns; i++) {
+			bool missing;
+			int ret;
+
+			pthread_mutex_lock(&fl.lock);
+			missing = !fl.answered[i];
+			pthread_mutex_unlock(&fl.lock);
+			if (!missing)
+				continue;
+			ret = send_mad(&fl.peer, ask, i, true);
+			if (ret && ret != -EINVAL)	/* -EINVAL: the last copy is in flight */
+				return -1;
+			if (ret)
+				continue;
+			pthread_mutex_lock(&fl.lock);
+			stats->resent++;
+			pthread_mutex_unlock(&fl.lock);
+		}
 	}
-	*total_ms = (double)(now_ns() - start) / 1e6;
+	stats->total_ms = (double)(now_ns() - start) / 1e6;
 	return 0;
 }
 
@@ -296,9 +564,11 @@ static int roce_v2_sgid_index(void)
 	return -1;
 }
 
+static const char *const thread_names[] = { "one", "reader+worker", "worker-reads" };
+
 static int client(const uint8_t dgid[16])
 {
-	double ms[2];
+	struct phase_stats ph[2] = { 0 };
 	int sgid = roce_v2_sgid_index();
 
 	if (sgid < 0)
@@ -312,37 +582,63 @@ static int client(const uint8_t dgid[16])
 	};
 	memcpy(fl.peer.gid, dgid, 16);
 	fl.answered = calloc(fl.conns, 1);
-	if (!fl.answered)
+	fl.phase = &ph[0];
+	if (!fl.answered || (fl.threads && start_threads(client_got)))
 		return -1;
-	if (run_phase(REQ, &ms[0]) || run_phase(DREQ, &ms[1]))
+	if (run_phase(REQ, REP, &ph[0]) || run_phase(DREQ, DREP, &ph[1]))
 		return -1;
-	for (int i = 0; i < 3; i++)	/* a lost bye leaves the server up: three */
-		send_mad(&fl.peer, REJ_BYE, 0);
+	for (uint32_t i = 0; i < 3; i++)	/* a lost bye leaves the server up: three */
+		send_mad(&fl.peer, REJ_BYE, i, false);
+	pthread_mutex_lock(&fl.lock);	/* the worker may still count a late answer */
 	if (fl.json) {
 		printf("{\n  \"mode\": \"client\",\n  \"tool\": \"" PROG "\",\n"
+		       "  \"threads\": \"%s\",\n"
 		       "  \"status\": \"ok\",\n  \"connections\": %u,\n"
 		       "  \"mads_sent\": %llu,\n  \"mads_received\": %llu,\n"
-		       "  \"resent\": %llu,\n  \"ignored\": %llu,\n  \"phases\": [\n"
-		       "    { \"phase\": \"connect\", \"total_ms\": %.3f },\n"
-		       "    { \"phase\": \"disconnect\", \"total_ms\": %.3f }\n  ]\n}\n",
-		       fl.conns, (unsigned long long)fl.sent,
-		       (unsigned long long)fl.received, (unsigned long long)fl.resent,
-		       (unsigned long long)fl.ignored, ms[0], ms[1]);
+		       "  \"ignored\": %llu,\n  \"polls\": %llu,\n  \"empty_reads\": %llu,\n"
+		       "  \"resent\": %llu,\n  \"phases\": [\n",
+		       thread_names[fl.threads], fl.conns, LOAD(sent), LOAD(received),
+		       LOAD(ignored), LOAD(polls), LOAD(empty_reads),
+		       (unsigned long long)(ph[0].resent + ph[1].resent));
+		for (int i = 0; i < 2; i++)
+			printf("    { \"phase\": \"%s\", \"total_ms\": %.3f, \"resent\": %llu, "
+			       "\"late\": %llu }%s\n", i ? "disconnect" : "connect",
+			       ph[i].total_ms, (unsigned long long)ph[i].resent,
+			       (unsigned long long)ph[i].late, i ? "" : ",");
+		printf("  ]\n}\n");
 	} else {
 		printf("%u connections: connect %.1f ms = %.0f/s, disconnect %.1f ms = %.0f/s; "
-		       "%llu MADs sent, %llu received, %llu resent\n",
-		       fl.conns, ms[0], fl.conns / (ms[0] / 1000), ms[1],
-		       fl.conns / (ms[1] / 1000), (unsigned long long)fl.sent,
-		       (unsigned long long)fl.received, (unsigned long long)fl.resent);
+		       "%llu MADs sent, %llu received, %llu resent, %llu polls, %llu empty reads\n",
+		       fl.conns, ph[0].total_ms, fl.conns / (ph[0].total_ms / 1000), ph[1].total_ms,
+		       fl.conns / (ph[1].total_ms / 1000), LOAD(sent), LOAD(received),
+		       (unsigned long long)(ph[0].resent + ph[1].resent), LOAD(polls),
+		       LOAD(empty_reads));
 	}
+	fflush(stdout);
+	pthread_mutex_unlock(&fl.lock);
+	return 0;
+}
+
+/* `finished` waits on CLOCK_MONOTONIC: a clock step must not cut a wait short. */
+static int init_finished(void)
+{
+	pthread_condattr_t attr;
+
+	if (pthread_condattr_init(&attr) || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) ||
+	    pthread_cond_init(&fl.finished, &attr)) {
+		fprintf(stderr, PROG ": pthread_cond_init failed\n");
+		return -1;
+	}
+	pthread_condattr_destroy(&attr);
 	return 0;
 }
 
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: " PROG " --server [-d dev]\n"
-		"       " PROG " --client GID [-d dev] [-c connections] [--json]\n"
+		"usage: " PROG " --server [-d dev] [--threads | --worker-reads]\n"
+		"       " PROG " --client GID [-d dev] [-c connections] [--threads | --worker-reads]\n"
+		"                  [--json]\n"
 		"The five MADs of each connection over umad, nothing else (see the source).\n");
 }
 
@@ -354,6 +650,8 @@ int main(int argc, char **argv)
 		{ "dev", required_argument, NULL, 'd' },
 		{ "connections", required_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "threads", no_argument, NULL, 'T' },
+		{ "worker-reads", no_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -370,6 +668,8 @@ int main(int argc, char **argv)
 		case 'C': peer = optarg; break;
 		case 'd': fl.dev = optarg; break;
 		case 'j': fl.json = true; break;
+		case 'T': fl.threads = READER_WORKER; break;
+		case 'W': fl.threads = WORKER_READS; break;
 		case 'c': {
 			unsigned long v;
 
@@ -395,7 +695,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s is not a GID (IPv6 notation)\n", peer);
 		return 2;
 	}
-	if (open_port())
+	if (init_finished() || open_port())
 		return 1;
 	return (server ? serve() : client(dgid)) ? 1 : 0;
 }

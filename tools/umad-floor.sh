@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# umad-floor.sh UMAD_FLOOR [CONNECTIONS]
+# umad-floor.sh UMAD_FLOOR [CONNECTIONS [OPTION...]]
 #
 # umad-floor (the five MADs of each connection over umad, no CM) on real
 # devices: a server on $IBCM_DEV_B (default rxe1), a client on $IBCM_DEV_A
 # (default rxe0) sending to the server port's IPv4-mapped RoCE v2 GID. Fails
 # unless the client got every answer of both phases and the server saw its
-# farewell; 77 if the devices do not exist.
+# farewell; 77 if the devices do not exist. OPTIONs (--threads, --worker-reads) go to both
+# the server and the client.
 set -uo pipefail
-TOOL=${1:?usage: umad-floor.sh UMAD_FLOOR [CONNECTIONS]}
+TOOL=${1:?usage: umad-floor.sh UMAD_FLOOR [CONNECTIONS [OPTION...]]}
 N=${2:-100}
+shift $(($# < 2 ? $# : 2))
 A=${IBCM_DEV_A:-rxe0} B=${IBCM_DEV_B:-rxe1}
 for d in "$A" "$B"; do
   [ -e "/sys/class/infiniband/$d" ] || { echo "umad-floor: no device $d: skipped"; exit 77; }
@@ -28,14 +30,14 @@ done
 [ -n "$gid" ] || { echo "umad-floor: $B has no IPv4-mapped RoCE v2 GID" >&2; exit 1; }
 LOG=$(mktemp /tmp/umad-floor.XXXXXX)
 trap 'rm -f "$LOG"' EXIT
-"$TOOL" --server -d "$B" > "$LOG" 2>&1 &
+"$TOOL" --server -d "$B" "$@" > "$LOG" 2>&1 &
 server=$!
 for _ in $(seq 1 600); do
   grep -q 'server: listening' "$LOG" && break
   kill -0 $server 2>/dev/null || break
   sleep 0.1
 done
-out=$("$TOOL" --client "$gid" -d "$A" -c "$N" --json)
+out=$("$TOOL" --client "$gid" -d "$A" -c "$N" --json "$@")
 crc=$?
 echo "$out"
 for _ in $(seq 1 300); do kill -0 $server 2>/dev/null || break; sleep 0.1; done
@@ -45,9 +47,16 @@ src=$?
 cat "$LOG"
 echo "umad-floor: client rc=$crc, server rc=$src ($A -> $B at $gid)"
 [ $crc = 0 ] && [ $src = 0 ] || exit 1
-# The server saw every connection's REQ, RTU and DREQ and a farewell (more
-# if the client wrote some again), the client an answer for each request.
-got=$(sed -n 's/.*bye; \([0-9]*\) MADs received.*/\1/p' "$LOG")
-answers=$(echo "$out" | sed -n 's/.*"mads_received": \([0-9]*\),.*/\1/p')
-[ -n "$got" ] && [ "$got" -ge $((3 * N + 1)) ] && [ -n "$answers" ] && [ "$answers" -ge $((2 * N)) ] ||
-  { echo "umad-floor: server received ${got:-?} MADs, client ${answers:-?}" >&2; exit 1; }
+# The server saw every connection's REQ, RTU and DREQ (more if the client
+# wrote some again) and a farewell; the client's counters add up.
+counts=$(sed -n 's/.*bye; [0-9]* MADs received (REQ \([0-9]*\), RTU \([0-9]*\), DREQ \([0-9]*\)).*/\1 \2 \3/p' "$LOG")
+read -r reqs rtus dreqs <<< "${counts:-0 0 0}"
+field() { echo "$out" | sed -n "s/.*\"$1\": \([0-9]*\),.*/\1/p" | head -1; }
+sent=$(field mads_sent) received=$(field mads_received) resent=$(field resent)
+[ "$reqs" -ge "$N" ] && [ "$rtus" -ge "$N" ] && [ "$dreqs" -ge "$N" ] ||
+  { echo "umad-floor: the server saw REQ $reqs, RTU $rtus, DREQ $dreqs of $N each" >&2; exit 1; }
+# Sent: a REQ, an RTU and a DREQ per connection, three farewells, the resent.
+[ -n "$sent" ] && [ "$sent" -ge $((3 * N + 3 + ${resent:-0})) ] && [ -n "$received" ] &&
+  [ "$received" -ge $((2 * N)) ] ||
+  { echo "umad-floor: the client sent ${sent:-?} MADs (resent ${resent:-?}), received ${received:-?}" >&2; exit 1; }
+echo "umad-floor: ok ($N connections, server REQ $reqs RTU $rtus DREQ $dreqs, client resent ${resent:-?})"

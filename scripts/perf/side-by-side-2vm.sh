@@ -19,6 +19,10 @@
 #           one read per MAD received): what any CM on umad pays at least
 #              B: umad-floor --server -d rxe0
 #              A: umad-floor --client ::ffff:10.78.0.2 -d rxe0 -c N
+#           and again with --threads on both sides: a reader thread, a worker
+#           thread and the client's main thread, the hand-offs of a CM
+#           library's threads with no CM in them; and with --worker-reads:
+#           one thread reads and answers, the client's main thread waits
 #
 # ROUNDS rounds (default 3) of each, alternating, N connections (default
 # 1000). Each client and each server runs under /usr/bin/time. Prints per-phase medians and
@@ -36,9 +40,14 @@ TIME='/usr/bin/time -f cpu:%U:%S:%w:%c -o'
 bctl ping 60 > /dev/null
 listening() { bctl run \"for _ in \\\$(seq 1 200); do rdma res show cm_id | grep LISTEN | grep -q ':\$1 ' && exit 0; sleep 0.05; done; exit 1\" > /dev/null; }
 finish() { for f in \"\$@\"; do echo \"=== \$f\"; cat \$SRT_JOB/\$f; done; bctl quit > /dev/null; }
-# Both VMs' CPU lines of /proc/stat (a, then b), before and after a client run:
-# what each whole VM spent meanwhile, kernel threads and softirqs included.
-vmcpu() { echo \"a \$(head -1 /proc/stat)\" >> \$SRT_JOB/\$1.vmcpu; bctl run 'head -1 /proc/stat' | sed -n 's/^B| /b /p' >> \$SRT_JOB/\$1.vmcpu; }"
+# Both VMs' CPU lines of /proc/stat before and after a client run: what each
+# whole VM spent meanwhile, kernel threads and softirqs included. B's mark
+# goes through bctl (a python3 start in A), so it is taken outside A's
+# interval: B then A before the run, A then B after it.
+vmcpu_b() { bctl run 'head -1 /proc/stat' | sed -n 's/^B| /b /p' >> \$SRT_JOB/\$1.vmcpu; }
+vmcpu_a() { echo \"a \$(head -1 /proc/stat)\" >> \$SRT_JOB/\$1.vmcpu; }
+vmcpu_before() { vmcpu_b \$1; vmcpu_a \$1; }
+vmcpu_after() { vmcpu_a \$1; vmcpu_b \$1; }"
 KERNEL_CMD="$PRELUDE
 bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu cmtime -b \$SRT_SELF_IP -c $N'
 listening 7471
@@ -47,29 +56,48 @@ bctl run 'pkill -x cmtime'; bctl wait srv > /dev/null
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/cmtime.srvcpu
 bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/rdmacm-cmtime-noqp -b \$SRT_SELF_IP'
 listening 7472
-vmcpu noqp
+vmcpu_before noqp
 \$TIME \$SRT_JOB/noqp.cpu $OUT/bin/rdmacm-cmtime-noqp -s \$SRT_PEER_IP -b \$SRT_SELF_IP -c $N --json > \$SRT_JOB/noqp.json 2>/dev/null || rc=1
-vmcpu noqp
+vmcpu_after noqp
 bctl run 'pkill -x rdmacm-cmtime-n'; bctl wait srv > /dev/null
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/noqp.srvcpu
 finish cmtime.txt cmtime.cpu cmtime.srvcpu noqp.json noqp.cpu noqp.srvcpu noqp.vmcpu
 exit \$rc"
+# In VM A, with @ROUND@ replaced by the round's number: ibcm-cmtime, then the
+# floor in its three modes, in odd rounds, and the other way round
+# in even ones, since the first run in a boot also pays TCG's translation of
+# the kernel's umad and rxe paths (the kernel rounds run cmtime before the
+# no-QP tool).
 IBCM_CMD="$PRELUDE
-bctl start srv 'LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0'
-bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
-vmcpu ibcm
-\$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json; rc=\$?
-vmcpu ibcm
-bctl wait -t 120 srv > /dev/null || rc=1
-bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
-bctl start srv '/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/umad-floor --server -d rxe0'
-bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
-vmcpu floor
-\$TIME \$SRT_JOB/floor.cpu $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json > \$SRT_JOB/floor.json || rc=1
-vmcpu floor
-bctl wait -t 120 srv > /dev/null || rc=1
-bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/floor.srvcpu
-finish ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu floor.json floor.cpu floor.srvcpu floor.vmcpu
+rc=0
+up() { bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null || rc=1; }
+# ours: one ibcm-cmtime run, its outputs ibcm.*
+ours() {
+  bctl start srv 'LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0' > /dev/null || rc=1
+  up
+  vmcpu_before ibcm
+  \$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json || rc=1
+  vmcpu_after ibcm
+  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x ibcm-cmtime' > /dev/null; }
+  bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
+}
+# floor NAME [--threads]: one umad-floor run, its outputs NAME.*
+floor() {
+  bctl start srv \"/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/umad-floor --server -d rxe0 \${2:-}\" > /dev/null || rc=1
+  up
+  vmcpu_before \$1
+  \$TIME \$SRT_JOB/\$1.cpu $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json \${2:-} > \$SRT_JOB/\$1.json || rc=1
+  vmcpu_after \$1
+  # A server left over would answer the next run's client.
+  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x umad-floor' > /dev/null; }
+  bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/\$1.srvcpu
+}
+if [ \$((@ROUND@ % 2)) = 1 ]; then
+  ours; floor floor; floor floort --threads; floor floorw --worker-reads
+else
+  floor floorw --worker-reads; floor floort --threads; floor floor; ours
+fi
+finish ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu floor.json floor.cpu floor.srvcpu floor.vmcpu floort.json floort.cpu floort.srvcpu floort.vmcpu floorw.json floorw.cpu floorw.srvcpu floorw.vmcpu
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
 
@@ -81,7 +109,7 @@ for r in $(seq 1 "$ROUNDS"); do
     a_only > "$OUT/kernel-$r.txt" ||
     { echo "kernel round $r failed:" >&2; cat "$OUT/kernel-$r.txt" "$OUT/kernel-$r.err" >&2; exit 1; }
   echo "round $r/$ROUNDS: ib_cm, two VMs (ibcm-cmtime client/server; $N connections)" >&2
-  softroce/run-2vm.sh --timeout 900 "$IBCM_CMD" "$B_CMD" 2> "$OUT/ibcm-$r.err" |
+  softroce/run-2vm.sh --timeout 900 "${IBCM_CMD//@ROUND@/$r}" "$B_CMD" 2> "$OUT/ibcm-$r.err" |
     a_only > "$OUT/ibcm-$r.txt" ||
     { echo "ibcm round $r failed:" >&2; cat "$OUT/ibcm-$r.txt" "$OUT/ibcm-$r.err" >&2; exit 1; }
 done

@@ -140,43 +140,89 @@ L.append("Per-run totals (ms):")
 for ph in PHASES:
     L.append(f"  {ph:11s} " + " | ".join(f"{t} " + " ".join(f"{v:.0f}" for v in total(t, ph)) for t in runs))
 
-# side-by-side-2vm.sh: tools/umad-floor.c, run in the same boots as ibcm-cmtime.
-floor = {"runs": [], "cpu": [], "srv": [], "vm": []}
-for r in range(1, rounds + 1):
-    o = sections(f"{out}/ibcm-{r}.txt")
-    if "floor.json" not in o:
-        break
-    floor["runs"].append(client_json(o["floor.json"]))
-    floor["cpu"].append(cpu(o["floor.cpu"]))
-    floor["srv"].append(cpu(o["floor.srvcpu"]))
-    floor["vm"].append(vm_cpu(o["floor.vmcpu"]))
-if len(floor["runs"]) == rounds:
+# side-by-side-2vm.sh: tools/umad-floor.c, run in the same boots as
+# ibcm-cmtime: single-threaded ("floor"), then with a CM library's threads
+# ("floort", --threads).
+def floor_runs(name, threads):
+    """The rounds' runs of one floor mode, or None if a round lacks one."""
+    f = {"runs": [], "cpu": [], "srv": [], "vm": [], "resent": [], "late": []}
+    for r in range(1, rounds + 1):
+        o = sections(f"{out}/ibcm-{r}.txt")
+        if any(f"{name}.{k}" not in o for k in ("json", "cpu", "srvcpu", "vmcpu")):
+            return None
+        obj = json.JSONDecoder().raw_decode(o[f"{name}.json"], o[f"{name}.json"].find("{"))[0]
+        if obj.get("status") != "ok" or obj.get("threads") != threads:
+            sys.exit(f"{name} round {r}: status {obj.get('status')}, threads {obj.get('threads')}")
+        vm = vm_cpu(o[f"{name}.vmcpu"])
+        if set(vm) != {"a", "b"}:
+            sys.exit(f"{name} round {r}: a VM CPU mark is missing")
+        f["runs"].append({p["phase"]: p for p in obj["phases"]})
+        f["resent"].append(sum(p.get("resent", 0) for p in obj["phases"]))
+        f["late"].append(sum(p.get("late", 0) for p in obj["phases"]))
+        f["cpu"].append(cpu(o[f"{name}.cpu"]))
+        f["srv"].append(cpu(o[f"{name}.srvcpu"]))
+        f["vm"].append(vm)
+    return f
+
+
+floors = {k: f for k, f in (("floor", floor_runs("floor", "one")),
+                            ("floor_threads", floor_runs("floort", "reader+worker")),
+                            ("floor_worker_reads", floor_runs("floorw", "worker-reads"))) if f}
+FLOOR_NAMES = {"floor": "umad floor, one thread", "floor_threads": "floor, reader + worker",
+               "floor_worker_reads": "floor, worker reads"}
+if "floor" in floors:
     rate = lambda ms: n / (ms / 1000)
-    L.append("")
-    L.append("The umad floor (tools/umad-floor.c: the five MADs of each connection over umad, no CM; "
-             "same boots as ibcm-cmtime), medians:")
-    L.append("")
-    L.append("| phase | rdma_cm, no QPs | umad floor | ibcm-cmtime | floor / no-QP | ours / floor |")
-    L.append("|---|---:|---:|---:|---:|---:|")
-    summary["floor"] = {"phases": {}}
-    for ph in ("connect", "disconnect"):
-        f = [x[ph]["total_ms"] for x in floor["runs"]]
-        q, o = med(total("noqp", ph)), med(total("ibcm", ph))
-        summary["floor"]["phases"][ph] = {"total_ms": f, "median_ms": med(f),
-                                          "conn_per_sec": rate(med(f)),
-                                          "ratio_floor_vs_noqp": rate(med(f)) / rate(q),
-                                          "ratio_ours_vs_floor": rate(o) / rate(med(f))}
-        L.append(f"| {ph} | {rate(q):,.0f}/s | {rate(med(f)):,.0f}/s | {rate(o):,.0f}/s | "
-                 f"{rate(med(f)) / rate(q):.2f}x | {rate(o) / rate(med(f)):.2f}x |")
+    both = ("connect", "disconnect")
+    fmed = {k: {ph: med(x[ph]["total_ms"] for x in f["runs"]) for ph in both} for k, f in floors.items()}
+    q = {ph: med(total("noqp", ph)) for ph in both}
+    o = {ph: med(total("ibcm", ph)) for ph in both}
+    # The same per-connection CPU as the sections above: median user + median sys.
     per_conn = lambda c: (med(x["user_s"] for x in c) + med(x["sys_s"] for x in c)) / n * 1e6
-    fc, fs = per_conn(floor["cpu"]), per_conn(floor["srv"])
-    fa, fb = (med(x[v] for x in floor["vm"]) / n * 1e6 for v in ("a", "b"))
-    summary["floor"]["cpu_us_per_conn"] = {"client": fc, "server": fs, "client_vm": fa, "server_vm": fb}
     L.append("")
-    L.append(f"  floor CPU per connection: client process {fc:.0f} us, server process {fs:.0f} us, "
-             f"client VM {fa:.0f} us, server VM {fb:.0f} us")
-    L.append("  floor per-run totals (ms): " + " | ".join(
-        f"{ph} " + " ".join(f"{x[ph]['total_ms']:.0f}" for x in floor["runs"]) for ph in ("connect", "disconnect")))
+    L.append("The umad floor (tools/umad-floor.c: the five MADs of each connection over umad and no "
+             "CM; in the boots of ibcm-cmtime, the order reversed every other round): one thread; "
+             "a reader handing each burst to a worker while the main thread waits (--threads, a CM "
+             "library's threads); one thread reading and answering while the main thread waits "
+             "(--worker-reads). Medians:")
+    L.append("")
+    L.append("| | connect | disconnect | connect / no-QP | disconnect / no-QP | ours / this, connect | "
+             "ours / this, disconnect | client process | server process | client VM | server VM |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = [("rdma_cm, no QPs", q, cpus["noqp"], srv_cpus["noqp"], vm_cpus["noqp"])]
+    rows += [(FLOOR_NAMES[k], fmed[k], f["cpu"], f["srv"], f["vm"]) for k, f in floors.items()]
+    rows += [("ibcm-cmtime", o, cpus["ibcm"], srv_cpus["ibcm"], vm_cpus["ibcm"])]
+    for name, t, c, sc, vm in rows:
+        vms = [med(x[v] for x in vm) / n * 1e6 if vm and all(v in x for x in vm) else float("nan")
+               for v in ("a", "b")]
+        L.append(f"| {name} | {rate(t['connect']):,.0f}/s | {rate(t['disconnect']):,.0f}/s | "
+                 f"{rate(t['connect']) / rate(q['connect']):.2f}x | "
+                 f"{rate(t['disconnect']) / rate(q['disconnect']):.2f}x | "
+                 f"{rate(o['connect']) / rate(t['connect']):.2f}x | "
+                 f"{rate(o['disconnect']) / rate(t['disconnect']):.2f}x | "
+                 f"{per_conn(c) if c else float('nan'):,.0f} µs | {per_conn(sc) if sc else float('nan'):,.0f} µs | "
+                 f"{vms[0]:,.0f} µs | {vms[1]:,.0f} µs |")
+    L.append("")
+    L.append("(CPU per connection; process: /usr/bin/time of the tool, start-up included; VM: all of "
+             "the VM's busy CPU while the client ran.)")
+    for k, fl in floors.items():
+        fc, fs = per_conn(fl["cpu"]), per_conn(fl["srv"])
+        fa, fb = (med(x[v] for x in fl["vm"]) / n * 1e6 for v in ("a", "b"))
+        summary[k] = {
+            "phases": {ph: {"total_ms": [x[ph]["total_ms"] for x in fl["runs"]],
+                            "median_ms": fmed[k][ph], "conn_per_sec": rate(fmed[k][ph]),
+                            "ratio_vs_noqp": rate(fmed[k][ph]) / rate(q[ph]),
+                            "ratio_ours_vs_this": rate(o[ph]) / rate(fmed[k][ph]),
+                            "ratio_vs_floor": rate(fmed[k][ph]) / rate(fmed["floor"][ph])}
+                       for ph in both},
+            "cpu_us_per_conn": {"client": fc, "server": fs, "client_vm": fa, "server_vm": fb},
+            "resent": fl["resent"], "late": fl["late"],
+        }
+        L.append(f"  {k} per-run totals (ms): " + " | ".join(
+            f"{ph} " + " ".join(f"{x[ph]['total_ms']:.0f}" for x in fl["runs"]) for ph in both)
+            + "; resent " + " ".join(map(str, fl["resent"])) + ", late " + " ".join(map(str, fl["late"])))
+        if any(fl["resent"]):
+            L.append(f"  WARNING: {k} resent requests in some rounds: those totals include a 1 s wait, "
+                     "no floor")
 text = "\n".join(L)
 print(text)
 open(f"{out}/summary.md", "w").write(text + "\n")
