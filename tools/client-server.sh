@@ -9,6 +9,7 @@
 # side failed, 77 if the devices do not exist. IBCM_CLIENT_WRAP, if set, is
 # put before the client's command line (e.g. /usr/bin/time -o FILE).
 set -uo pipefail
+. "$(dirname "$0")/common.sh"
 TOOL=${1:?usage: client-server.sh IBCM_CMTIME [CONNECTIONS [client options]]}
 N=${2:-100}
 shift $(($# >= 2 ? 2 : 1))
@@ -22,11 +23,7 @@ json=
 for a in "$@"; do [ "$a" = --json ] && json=--json; done
 "$TOOL" --server -D "$B" $json > "$LOG.out" 2> "$LOG" &
 server=$!
-for _ in $(seq 1 600); do
-  grep -q 'server: listening' "$LOG" && break
-  kill -0 $server 2>/dev/null || break
-  sleep 0.1
-done
+wait_for_listening "$LOG" $server
 if ! grep -q 'server: listening' "$LOG"; then
   echo "client-server: the server did not start:" >&2; cat "$LOG" >&2
   kill $server 2>/dev/null; wait $server; exit 1

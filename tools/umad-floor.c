@@ -99,6 +99,7 @@ static struct {
 	bool json;
 	/* atomic: the reader, the worker and the main thread count */
 	uint64_t sent, received, ignored, polls, empty_reads;
+	uint64_t in_flight;	/* a copy's answer or request not written: one is queued */
 	uint64_t by_attr[8];	/* server: received, by attribute - REQ */
 	/* client, under `lock` */
 	struct ib_mad_addr peer;
@@ -106,9 +107,9 @@ static struct {
 	struct phase_stats *phase;
 	uint8_t *answered;	/* per connection: this phase's answer is in */
 	unsigned int done;	/* answers in, this phase */
-	/* server, under `lock` */
-	bool bye;		/* the client's farewell came */
-	bool failed;		/* a --threads thread failed */
+	/* under `lock` */
+	bool bye;		/* server: the client's farewell came */
+	bool failed;		/* a --threads thread failed (server and client) */
 	/* --threads: the reader's queue to the worker */
 	enum { ONE_THREAD, READER_WORKER, WORKER_READS } threads;
 	pthread_mutex_t lock;
@@ -369,15 +370,29 @@ static int start_threads(got_fn *got)
 
 /* ---- server ---- */
 
+/*
+ * The server's answer to a request. A copy of a request can come while the
+ * answer to the first is still queued in ib_umad, which then refuses the
+ * second answer with -EINVAL (same TID): the first is on its way, counted.
+ */
+static int answer(const struct ib_mad_addr *to, uint16_t attr, uint32_t index)
+{
+	int ret = send_mad(to, attr, index, true);
+
+	if (ret == -EINVAL)
+		COUNT(in_flight);
+	return ret && ret != -EINVAL ? -1 : 0;
+}
+
 static int server_got(const struct ib_mad_addr *from, uint16_t attr, uint32_t index)
 {
 	if (attr >= REQ && attr < REQ + 8)
 		COUNT(by_attr[attr - REQ]);
 	switch (attr) {
 	case REQ:
-		return send_mad(from, REP, index, false) ? -1 : 0;
+		return answer(from, REP, index);
 	case DREQ:
-		return send_mad(from, DREP, index, false) ? -1 : 0;
+		return answer(from, DREP, index);
 	case REJ_BYE:
 		pthread_mutex_lock(&fl.lock);
 		fl.bye = true;
@@ -394,7 +409,7 @@ static int server_got(const struct ib_mad_addr *from, uint16_t attr, uint32_t in
 
 static int serve(void)
 {
-	bool failed = false;
+	bool failed = false, bye = false;
 
 	printf(PROG ": server: listening on %s port %d\n", fl.dev, PORT_NUM);
 	fflush(stdout);
@@ -405,16 +420,19 @@ static int serve(void)
 		while (!fl.bye && !fl.failed)
 			pthread_cond_wait(&fl.finished, &fl.lock);
 		failed = fl.failed;
+		bye = fl.bye;
 		pthread_mutex_unlock(&fl.lock);
 	}
-	while (!failed && !fl.bye)
+	while (!failed && !bye) {	/* one thread: fl.bye is this thread's */
 		if (drain(-1, server_got, INT32_MAX) < 0)
 			failed = true;
+		bye = fl.bye;
+	}
 	printf(PROG ": server: %s; %llu MADs received (REQ %llu, RTU %llu, DREQ %llu), "
-	       "%llu sent, %llu ignored, %llu polls, %llu empty reads\n",
+	       "%llu sent, %llu in flight, %llu ignored, %llu polls, %llu empty reads\n",
 	       failed ? "failed" : "bye", LOAD(received), LOAD(by_attr[0]),
 	       LOAD(by_attr[RTU - REQ]), LOAD(by_attr[DREQ - REQ]), LOAD(sent),
-	       LOAD(ignored), LOAD(polls), LOAD(empty_reads));
+	       LOAD(in_flight), LOAD(ignored), LOAD(polls), LOAD(empty_reads));
 	return failed ? -1 : 0;
 }
 
@@ -447,26 +465,32 @@ static int client_got(const struct ib_mad_addr *from, uint16_t attr, uint32_t in
 }
 
 /*
- * Waits up to RESEND_MS for answers: in this thread, or (--threads) for the
- * worker's. Returns the new answers that came in, or -1.
+ * Waits up to `ms` for answers: in this thread, or (--threads,
+ * --worker-reads) for the worker's. Returns the new answers that came in
+ * (0 also when only copies, late answers or nothing came), or -1.
  */
-static int wait_answers(void)
+static int wait_answers(int ms)
 {
 	struct timespec until;
 	unsigned int before;
 	bool failed;
+	int rc = 0;
 
 	if (fl.threads == ONE_THREAD)
-		return drain(RESEND_MS, client_got, INT32_MAX);
-	clock_gettime(CLOCK_MONOTONIC, &until);	/* `finished`'s clock (main) */
-	until.tv_sec += RESEND_MS / 1000;
+		return drain(ms, client_got, INT32_MAX);
+	clock_gettime(CLOCK_MONOTONIC, &until);	/* `finished`'s clock */
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&fl.lock);
 	before = fl.done;
-	while (fl.done < fl.conns && fl.done == before && !fl.failed &&
-	       pthread_cond_timedwait(&fl.finished, &fl.lock, &until) != ETIMEDOUT)
-		;
+	while (fl.done < fl.conns && fl.done == before && !fl.failed && rc == 0)
+		rc = pthread_cond_timedwait(&fl.finished, &fl.lock, &until);
 	before = fl.done - before;
-	failed = fl.failed;
+	failed = fl.failed || (rc && rc != ETIMEDOUT);
 	pthread_mutex_unlock(&fl.lock);
 	return failed ? -1 : (int)before;
 }
@@ -484,7 +508,8 @@ static unsigned int answers_in(void)
 /* One phase: every `ask` written, then answers read until all are in. */
 static int run_phase(uint16_t ask, uint16_t answer, struct phase_stats *stats)
 {
-	uint64_t start = now_ns(), last = start;
+	uint64_t start = now_ns(), last_new = start, last_ask = start;
+	const uint64_t resend_ns = RESEND_MS * 1000000ull;
 
 	pthread_mutex_lock(&fl.lock);
 	memset(fl.answered, 0, fl.conns);
@@ -496,15 +521,19 @@ static int run_phase(uint16_t ask, uint16_t answer, struct phase_stats *stats)
 		if (send_mad(&fl.peer, ask, i, false))
 			return -1;
 	while (answers_in() < fl.conns) {
-		int n = wait_answers();
+		/* A second since the last new answer and the last writing. */
+		uint64_t quiet = last_new > last_ask ? last_new : last_ask, now = now_ns();
+		int n = wait_answers(now - quiet < resend_ns ?
+				     (int)((resend_ns - (now - quiet)) / 1000000) + 1 : 0);
 
 		if (n < 0)
 			return -1;
-		if (n > 0) {
-			last = now_ns();
+		now = now_ns();
+		if (n > 0)
+			last_new = now;
+		if (n > 0 || now - quiet < resend_ns)
 			continue;
-		}
-		if (now_ns() - last > GIVE_UP_MS * 1000000ull) {
+		if (now - last_new > GIVE_UP_MS * 1000000ull) {
 			fprintf(stderr, PROG ": %u of %u answers missing for %d ms\n",
 				fl.conns - answers_in(), fl.conns, GIVE_UP_MS);
 			return -1;
@@ -521,12 +550,15 @@ static int run_phase(uint16_t ask, uint16_t answer, struct phase_stats *stats)
 			ret = send_mad(&fl.peer, ask, i, true);
 			if (ret && ret != -EINVAL)	/* -EINVAL: the last copy is in flight */
 				return -1;
-			if (ret)
+			if (ret) {
+				COUNT(in_flight);
 				continue;
+			}
 			pthread_mutex_lock(&fl.lock);
 			stats->resent++;
 			pthread_mutex_unlock(&fl.lock);
 		}
+		last_ask = now_ns();
 	}
 	stats->total_ms = (double)(now_ns() - start) / 1e6;
 	return 0;
@@ -568,7 +600,7 @@ static const char *const thread_names[] = { "one", "reader+worker", "worker-read
 
 static int client(const uint8_t dgid[16])
 {
-	struct phase_stats ph[2] = { 0 };
+	static struct phase_stats ph[2];	/* fl.phase outlives this call */
 	int sgid = roce_v2_sgid_index();
 
 	if (sgid < 0)
@@ -596,10 +628,10 @@ static int client(const uint8_t dgid[16])
 		       "  \"status\": \"ok\",\n  \"connections\": %u,\n"
 		       "  \"mads_sent\": %llu,\n  \"mads_received\": %llu,\n"
 		       "  \"ignored\": %llu,\n  \"polls\": %llu,\n  \"empty_reads\": %llu,\n"
-		       "  \"resent\": %llu,\n  \"phases\": [\n",
+		       "  \"resent\": %llu,\n  \"in_flight\": %llu,\n  \"phases\": [\n",
 		       thread_names[fl.threads], fl.conns, LOAD(sent), LOAD(received),
 		       LOAD(ignored), LOAD(polls), LOAD(empty_reads),
-		       (unsigned long long)(ph[0].resent + ph[1].resent));
+		       (unsigned long long)(ph[0].resent + ph[1].resent), LOAD(in_flight));
 		for (int i = 0; i < 2; i++)
 			printf("    { \"phase\": \"%s\", \"total_ms\": %.3f, \"resent\": %llu, "
 			       "\"late\": %llu }%s\n", i ? "disconnect" : "connect",

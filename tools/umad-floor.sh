@@ -6,8 +6,11 @@
 # (default rxe0) sending to the server port's IPv4-mapped RoCE v2 GID. Fails
 # unless the client got every answer of both phases and the server saw its
 # farewell; 77 if the devices do not exist. OPTIONs (--threads, --worker-reads) go to both
-# the server and the client.
+# the server and the client. UMAD_FLOOR_LATE_SERVER=1 starts the server 2 s
+# after the client: every REQ is then lost and must be written again, which
+# the test checks (the client's resend path).
 set -uo pipefail
+. "$(dirname "$0")/common.sh"
 TOOL=${1:?usage: umad-floor.sh UMAD_FLOOR [CONNECTIONS [OPTION...]]}
 N=${2:-100}
 shift $(($# < 2 ? $# : 2))
@@ -29,16 +32,24 @@ for t in /sys/class/infiniband/$B/ports/1/gid_attrs/types/*; do
 done
 [ -n "$gid" ] || { echo "umad-floor: $B has no IPv4-mapped RoCE v2 GID" >&2; exit 1; }
 LOG=$(mktemp /tmp/umad-floor.XXXXXX)
-trap 'rm -f "$LOG"' EXIT
+OUT=$(mktemp /tmp/umad-floor-client.XXXXXX)
+trap 'rm -f "$LOG" "$OUT"' EXIT
+late=${UMAD_FLOOR_LATE_SERVER:-0}
+if [ "$late" = 1 ]; then
+  "$TOOL" --client "$gid" -d "$A" -c "$N" --json "$@" > "$OUT" &
+  client=$!
+  sleep 2
+fi
 "$TOOL" --server -d "$B" "$@" > "$LOG" 2>&1 &
 server=$!
-for _ in $(seq 1 600); do
-  grep -q 'server: listening' "$LOG" && break
-  kill -0 $server 2>/dev/null || break
-  sleep 0.1
-done
-out=$("$TOOL" --client "$gid" -d "$A" -c "$N" --json "$@")
+wait_for_listening "$LOG" $server
+if [ "$late" = 1 ]; then
+  wait $client
+else
+  "$TOOL" --client "$gid" -d "$A" -c "$N" --json "$@" > "$OUT"
+fi
 crc=$?
+out=$(cat "$OUT")
 echo "$out"
 for _ in $(seq 1 300); do kill -0 $server 2>/dev/null || break; sleep 0.1; done
 kill -0 $server 2>/dev/null && kill -TERM $server
@@ -60,3 +71,8 @@ sent=$(field mads_sent) received=$(field mads_received) resent=$(field resent)
   [ "$received" -ge $((2 * N)) ] ||
   { echo "umad-floor: the client sent ${sent:-?} MADs (resent ${resent:-?}), received ${received:-?}" >&2; exit 1; }
 echo "umad-floor: ok ($N connections, server REQ $reqs RTU $rtus DREQ $dreqs, client resent ${resent:-?})"
+if [ "$late" = 1 ]; then
+  # Nobody answered the first REQs: each was written again at least once.
+  [ "${resent:-0}" -ge "$N" ] ||
+    { echo "umad-floor: a late server, yet only ${resent:-?} of $N requests written again" >&2; exit 1; }
+fi

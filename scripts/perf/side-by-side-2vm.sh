@@ -63,35 +63,37 @@ bctl run 'pkill -x rdmacm-cmtime-n'; bctl wait srv > /dev/null
 bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/noqp.srvcpu
 finish cmtime.txt cmtime.cpu cmtime.srvcpu noqp.json noqp.cpu noqp.srvcpu noqp.vmcpu
 exit \$rc"
-# In VM A, with @ROUND@ replaced by the round's number: ibcm-cmtime, then the
-# floor in its three modes, in odd rounds, and the other way round
-# in even ones, since the first run in a boot also pays TCG's translation of
-# the kernel's umad and rxe paths (the kernel rounds run cmtime before the
-# no-QP tool).
+# In VM A, with @ROUND@ replaced by the round's number: an unmeasured
+# warm-up (100 connections of the floor: the first run in a boot pays TCG's
+# translation of the kernel's umad and rxe paths, as the kernel rounds'
+# cmtime does for the no-QP tool), then ibcm-cmtime and the floor in its
+# three modes, in odd rounds, and the other way round in even ones.
 IBCM_CMD="$PRELUDE
 rc=0
 up() { bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null || rc=1; }
 # ours: one ibcm-cmtime run, its outputs ibcm.*
 ours() {
-  bctl start srv 'LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0' > /dev/null || rc=1
+  bctl start srv 'rm -f /tmp/srv.cpu; LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0' > /dev/null || rc=1
   up
   vmcpu_before ibcm
   \$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json || rc=1
   vmcpu_after ibcm
-  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x ibcm-cmtime' > /dev/null; }
+  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x ibcm-cmtime; sleep 1' > /dev/null; }
   bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
 }
-# floor NAME [--threads]: one umad-floor run, its outputs NAME.*
+# floor NAME [--threads | --worker-reads] [-c N]: one umad-floor run, its
+# outputs NAME.*
 floor() {
-  bctl start srv \"/usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/umad-floor --server -d rxe0 \${2:-}\" > /dev/null || rc=1
+  bctl start srv \"rm -f /tmp/srv.cpu; /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/umad-floor --server -d rxe0 \${2:-}\" > /dev/null || rc=1
   up
   vmcpu_before \$1
-  \$TIME \$SRT_JOB/\$1.cpu $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json \${2:-} > \$SRT_JOB/\$1.json || rc=1
+  \$TIME \$SRT_JOB/\$1.cpu $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c ${N} --json \${2:-} \${3:-} \${4:-} > \$SRT_JOB/\$1.json || rc=1
   vmcpu_after \$1
   # A server left over would answer the next run's client.
-  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x umad-floor' > /dev/null; }
+  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x umad-floor; sleep 1' > /dev/null; }
   bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/\$1.srvcpu
 }
+floor warmup '' -c 100
 if [ \$((@ROUND@ % 2)) = 1 ]; then
   ours; floor floor; floor floort --threads; floor floorw --worker-reads
 else

@@ -140,9 +140,10 @@ L.append("Per-run totals (ms):")
 for ph in PHASES:
     L.append(f"  {ph:11s} " + " | ".join(f"{t} " + " ".join(f"{v:.0f}" for v in total(t, ph)) for t in runs))
 
-# side-by-side-2vm.sh: tools/umad-floor.c, run in the same boots as
-# ibcm-cmtime: single-threaded ("floor"), then with a CM library's threads
-# ("floort", --threads).
+# side-by-side-2vm.sh: tools/umad-floor.c in the boots of ibcm-cmtime, in
+# three modes: one thread ("floor"), a reader handing bursts to a worker
+# ("floort", --threads) and a worker reading the port ("floorw",
+# --worker-reads). An output directory from before a mode existed has none.
 def floor_runs(name, threads):
     """The rounds' runs of one floor mode, or None if a round lacks one."""
     f = {"runs": [], "cpu": [], "srv": [], "vm": [], "resent": [], "late": []}
@@ -150,7 +151,12 @@ def floor_runs(name, threads):
         o = sections(f"{out}/ibcm-{r}.txt")
         if any(f"{name}.{k}" not in o for k in ("json", "cpu", "srvcpu", "vmcpu")):
             return None
-        obj = json.JSONDecoder().raw_decode(o[f"{name}.json"], o[f"{name}.json"].find("{"))[0]
+        text = o[f"{name}.json"]
+        if "{" not in text:
+            sys.exit(f"{name} round {r}: no client JSON")
+        obj = json.JSONDecoder().raw_decode(text, text.find("{"))[0]
+        if "threads" not in obj or obj.get("threads") is False:
+            return None  # from before --threads, or the first --threads (a bool)
         if obj.get("status") != "ok" or obj.get("threads") != threads:
             sys.exit(f"{name} round {r}: status {obj.get('status')}, threads {obj.get('threads')}")
         vm = vm_cpu(o[f"{name}.vmcpu"])
