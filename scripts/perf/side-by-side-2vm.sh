@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # side-by-side-2vm.sh [-c CONNECTIONS] [-r ROUNDS]
+# IBCM_LIB_B=DIR side-by-side-2vm.sh ...: DIR's libib_cm.so.0 runs too, in
+# the same boots as this tree's (a paired comparison of two builds)
 #
 # libib_cm next to the kernel CM between two hosts: two QEMU VMs, one vCPU
 # each, joined by one virtual Ethernet link (softroce/run-2vm.sh), rxe0 on each
@@ -29,7 +31,7 @@
 # the ratios ours / kernel; raw outputs and the summary go to
 # build/perf/side-by-side-2vm/. The one-VM variant (client and server sharing
 # one vCPU) is side-by-side.sh.
-USAGE=2,27 OUT_NAME=side-by-side-2vm
+USAGE=2,33 OUT_NAME=side-by-side-2vm
 . "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 
 # Shell functions for VM A's command: the agent in B, and waiting for B's
@@ -71,16 +73,18 @@ exit \$rc"
 IBCM_CMD="$PRELUDE
 rc=0
 up() { bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null || rc=1; }
-# ours: one ibcm-cmtime run, its outputs ibcm.*
+# ours NAME LIB: one ibcm-cmtime run on the library in LIB, its outputs NAME.*
 ours() {
-  bctl start srv 'rm -f /tmp/srv.cpu; LD_LIBRARY_PATH=$OUT/lib /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0' > /dev/null || rc=1
+  bctl start srv \"rm -f /tmp/srv.cpu; LD_LIBRARY_PATH=\$2 /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0\" > /dev/null || rc=1
   up
-  vmcpu_before ibcm
-  \$TIME \$SRT_JOB/ibcm.cpu env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/ibcm.json || rc=1
-  vmcpu_after ibcm
+  vmcpu_before \$1
+  \$TIME \$SRT_JOB/\$1.cpu env LD_LIBRARY_PATH=\$2 $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/\$1.json || rc=1
+  vmcpu_after \$1
   bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x ibcm-cmtime; sleep 1' > /dev/null; }
-  bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/ibcm.srvcpu
+  bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/\$1.srvcpu
 }
+# IBCM_LIB_B: the second library, after ours in odd rounds, before it in even.
+oursb() { [ -d $OUT/lib-b ] && ours ibcmb $OUT/lib-b; }
 # floor NAME [--threads | --worker-reads] [-c N]: one umad-floor run, its
 # outputs NAME.*
 floor() {
@@ -95,11 +99,12 @@ floor() {
 }
 floor warmup '' -c 100
 if [ \$((@ROUND@ % 2)) = 1 ]; then
-  ours; floor floor; floor floort --threads; floor floorw --worker-reads
+  ours ibcm $OUT/lib; oursb; floor floor; floor floort --threads; floor floorw --worker-reads
 else
-  floor floorw --worker-reads; floor floort --threads; floor floor; ours
+  floor floorw --worker-reads; floor floort --threads; floor floor; oursb; ours ibcm $OUT/lib
 fi
-finish ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu floor.json floor.cpu floor.srvcpu floor.vmcpu floort.json floort.cpu floort.srvcpu floort.vmcpu floorw.json floorw.cpu floorw.srvcpu floorw.vmcpu
+[ -d $OUT/lib-b ] && finish_b='ibcmb.json ibcmb.cpu ibcmb.srvcpu ibcmb.vmcpu' || finish_b=
+finish \$finish_b ibcm.json ibcm.cpu ibcm.srvcpu ibcm.vmcpu floor.json floor.cpu floor.srvcpu floor.vmcpu floort.json floort.cpu floort.srvcpu floort.vmcpu floorw.json floorw.cpu floorw.srvcpu floorw.vmcpu
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
 

@@ -2,6 +2,7 @@
 """Summarises the raw outputs of side-by-side.sh and side-by-side-2vm.sh:
 summarise-side-by-side.py DIR N ROUNDS [SETUP], SETUP describing the machines."""
 import json
+import os
 import re
 import statistics
 import sys
@@ -229,6 +230,42 @@ if "floor" in floors:
         if any(fl["resent"]):
             L.append(f"  WARNING: {k} resent requests in some rounds: those totals include a 1 s wait, "
                      "no floor")
+# IBCM_LIB_B: a second library in the same boots as ours ("ibcmb"): per
+# round, its rate over ours in that boot, and the medians of those ratios.
+paired = []
+for r in range(1, rounds + 1):
+    o = sections(f"{out}/ibcm-{r}.txt")
+    if "ibcmb.json" not in o:
+        break
+    paired.append({"a": client_json(o["ibcm.json"]), "b": client_json(o["ibcmb.json"]),
+                   "a_cpu": cpu(o["ibcm.cpu"]), "b_cpu": cpu(o["ibcmb.cpu"]),
+                   "a_srv": cpu(o["ibcm.srvcpu"]), "b_srv": cpu(o["ibcmb.srvcpu"]),
+                   "a_vm": vm_cpu(o["ibcm.vmcpu"]), "b_vm": vm_cpu(o["ibcmb.vmcpu"])})
+if len(paired) == rounds:
+    b_commit = open(f"{out}/lib-b/commit").read().strip() if os.path.exists(f"{out}/lib-b/commit") else "?"
+    L.append("")
+    L.append(f"Library B ({b_commit}) in the same boots as this tree's (A), the order reversed every "
+             "other round; per round B's rate / A's, then the median of the rounds' ratios:")
+    summary["lib_b"] = {"commit": b_commit, "phases": {}}
+    for ph in ("connect", "disconnect"):
+        ratios = [x["a"][ph]["total_ms"] / x["b"][ph]["total_ms"] for x in paired]
+        a_rate = med(n / (x["a"][ph]["total_ms"] / 1000) for x in paired)
+        b_rate = med(n / (x["b"][ph]["total_ms"] / 1000) for x in paired)
+        summary["lib_b"]["phases"][ph] = {"ratios_b_over_a": ratios, "median_ratio": med(ratios),
+                                          "a_conn_per_sec": a_rate, "b_conn_per_sec": b_rate}
+        L.append(f"  {ph:10s} A {a_rate:,.0f}/s, B {b_rate:,.0f}/s; B / A per round "
+                 + " ".join(f"{v:.2f}" for v in ratios) + f"; median {med(ratios):.2f}x")
+    for side, key in (("client process", "cpu"), ("server process", "srv")):
+        a = med((x[f"a_{key}"]["user_s"] + x[f"a_{key}"]["sys_s"]) / n * 1e6 for x in paired)
+        b = med((x[f"b_{key}"]["user_s"] + x[f"b_{key}"]["sys_s"]) / n * 1e6 for x in paired)
+        va = med(x[f"a_{key}"]["voluntary_cs"] for x in paired)
+        vb = med(x[f"b_{key}"]["voluntary_cs"] for x in paired)
+        L.append(f"  {side}: CPU per connection A {a:,.0f} us, B {b:,.0f} us; voluntary context "
+                 f"switches A {va:,.0f}, B {vb:,.0f}")
+    for vm, name in (("a", "client VM"), ("b", "server VM")):
+        a = med(x["a_vm"][vm] for x in paired) / n * 1e6
+        b = med(x["b_vm"][vm] for x in paired) / n * 1e6
+        L.append(f"  {name}: CPU per connection A {a:,.0f} us, B {b:,.0f} us")
 text = "\n".join(L)
 print(text)
 open(f"{out}/summary.md", "w").write(text + "\n")
