@@ -73,29 +73,30 @@ exit \$rc"
 IBCM_CMD="$PRELUDE
 rc=0
 up() { bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null || rc=1; }
-# ours NAME LIB: one ibcm-cmtime run on the library in LIB, its outputs NAME.*
-ours() {
-  bctl start srv \"rm -f /tmp/srv.cpu; LD_LIBRARY_PATH=\$2 /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/ibcm-cmtime --server -D rxe0\" > /dev/null || rc=1
+# pair NAME 'SERVER' 'CLIENT' PROG: SERVER started in B (PROG its process
+# name, killed if it does not end), then CLIENT run in A under time, both
+# VMs' CPU marked around it; the outputs NAME.json, .cpu, .srvcpu, .vmcpu.
+pair() {
+  bctl start srv \"rm -f /tmp/srv.cpu; /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu \$2\" > /dev/null || rc=1
   up
   vmcpu_before \$1
-  \$TIME \$SRT_JOB/\$1.cpu env LD_LIBRARY_PATH=\$2 $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup > \$SRT_JOB/\$1.json || rc=1
+  \$TIME \$SRT_JOB/\$1.cpu \$3 > \$SRT_JOB/\$1.json || rc=1
   vmcpu_after \$1
-  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x ibcm-cmtime; sleep 1' > /dev/null; }
+  # A server left over would answer the next run's client.
+  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run \"pkill -x \$4; sleep 1\" > /dev/null; }
   bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/\$1.srvcpu
+}
+# ours NAME LIB: one ibcm-cmtime run on the library in LIB
+ours() {
+  pair \$1 \"env LD_LIBRARY_PATH=\$2 $OUT/bin/ibcm-cmtime --server -D rxe0\" \\
+    \"env LD_LIBRARY_PATH=\$2 $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup\" ibcm-cmtime
 }
 # IBCM_LIB_B: the second library, after ours in odd rounds, before it in even.
 oursb() { [ -d $OUT/lib-b ] && ours ibcmb $OUT/lib-b; }
-# floor NAME [--threads | --worker-reads] [-c N]: one umad-floor run, its
-# outputs NAME.*
+# floor NAME [--threads | --worker-reads] [-c N]: one umad-floor run
 floor() {
-  bctl start srv \"rm -f /tmp/srv.cpu; /usr/bin/time -f cpu:%U:%S:%w:%c -o /tmp/srv.cpu $OUT/bin/umad-floor --server -d rxe0 \${2:-}\" > /dev/null || rc=1
-  up
-  vmcpu_before \$1
-  \$TIME \$SRT_JOB/\$1.cpu $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c ${N} --json \${2:-} \${3:-} \${4:-} > \$SRT_JOB/\$1.json || rc=1
-  vmcpu_after \$1
-  # A server left over would answer the next run's client.
-  bctl wait -t 120 srv > /dev/null || { rc=1; bctl run 'pkill -x umad-floor; sleep 1' > /dev/null; }
-  bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/\$1.srvcpu
+  pair \$1 \"$OUT/bin/umad-floor --server -d rxe0 \${2:-}\" \\
+    \"$OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json \${2:-} \${3:-} \${4:-}\" umad-floor
 }
 floor warmup '' -c 100
 if [ \$((@ROUND@ % 2)) = 1 ]; then
