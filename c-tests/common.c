@@ -503,6 +503,44 @@ struct ib_cm_id *listen_b(uint64_t service_id, ib_cm_handler handler,
   return id;
 }
 
+static atomic_int hold_entered, hold_released;
+
+static int holding_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
+  record_event(cm_id, event);
+  if (event->event != IB_CM_REQ_RECEIVED)
+    return 0;
+  hold_entered = 1;
+  for (int i = 0; i < TIMEOUT_MS && !hold_released; i++)
+    sleep_ms(1);
+  return -1; /* destroy the new id: nothing to answer */
+}
+
+void worker_hold_start(struct worker_hold *h) {
+  hold_entered = hold_released = 0;
+  h->listener = listen_b(SERVICE_ID, holding_handler, NULL);
+  struct conn_opts o;
+  conn_opts_slow(&o);
+  struct sa_path_rec path;
+  conn_path(&path, &o);
+  struct ib_cm_req_param req;
+  req_param_init(&req, &path, &o, next_qpn());
+  h->active = create_id(dev_a, test_handler, NULL);
+  CHECK_EQ(ib_send_cm_req(h->active, &req), 0);
+  for (int i = 0; i < TIMEOUT_MS && !hold_entered; i++)
+    sleep_ms(1);
+  CHECK(hold_entered);
+}
+
+void worker_hold_release(void) { hold_released = 1; }
+
+int worker_hold_released(void) { return hold_released; }
+
+void worker_hold_end(struct worker_hold *h) {
+  wait_event(h->active, IB_CM_REJ_RECEIVED);
+  ib_destroy_cm_id(h->active);
+  ib_destroy_cm_id(h->listener);
+}
+
 void conn_path(struct sa_path_rec *path, const struct conn_opts *o) {
   *path = path_ab;
   if (o->packet_life_time)

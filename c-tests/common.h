@@ -201,6 +201,19 @@ struct ib_cm_id *create_id(struct ib_device *dev, ib_cm_handler handler,
 struct ib_cm_id *listen_b(uint64_t service_id, ib_cm_handler handler,
                           void *context);
 
+/* The library's worker held up in a handler: a REQ from device A (slow
+ * timers, conn_opts_slow) to a listener on SERVICE_ID of device B, whose
+ * REQ_RECEIVED handler waits until worker_hold_release() (TIMEOUT_MS at most)
+ * and then refuses it. worker_hold_start returns once the handler runs. */
+struct worker_hold {
+  struct ib_cm_id *active, *listener;
+};
+void worker_hold_start(struct worker_hold *h);
+void worker_hold_release(void);
+int worker_hold_released(void); /* whether worker_hold_release was called */
+/* After the release: waits for the REQ's REJ, destroys both ids. */
+void worker_hold_end(struct worker_hold *h);
+
 /* A REQ for QP `qpn` on `path` with private data REQ_PD_SEED (92 bytes). */
 void req_param_init(struct ib_cm_req_param *p, struct sa_path_rec *path,
                     const struct conn_opts *o, uint32_t qpn);

@@ -4,6 +4,8 @@
  * device is dead: one log line, an id with a REQ outstanding gets
  * IB_CM_REQ_ERROR at its next retransmission (the resend fails), calls that
  * send return -ENODEV, and the device still closes once its ids are gone.
+ * The reader is the CM worker, or with IBCM_UMAD_READER_THREADS=1 a thread of
+ * the port's: either way it sleeps once the port is gone.
  * Stand-in libibumad over a fake sysfs (fixtures/fake_umad.c).
  */
 #include "common.h"
@@ -35,7 +37,9 @@ int main(void) {
   struct ib_device *fake = ibcm_open_device("fake0");
   CHECK(!IS_ERR_OR_NULL(fake));
   int reader;
-  CHECK_EQ(fake_umad_wait_threads("ibcm-umad", 1, &reader), 1);
+  CHECK_EQ(fake_umad_wait_threads("ibcm-umad", !fake_umad_worker_reads(), &reader),
+           !fake_umad_worker_reads());
+  CHECK_EQ(fake_umad_wait_threads(fake_umad_reader_prefix(), 1, &reader), 1);
 
   /* A REQ outstanding: 67 ms between retransmissions, 5 retries. */
   struct conn_opts o;
@@ -65,20 +69,25 @@ int main(void) {
   long hz = sysconf(_SC_CLK_TCK);
   EXPECT(used * 5 < hz, "the reader used %lld ms of CPU in 1 s after removal",
          used * 1000 / hz);
+  /* The SA client's reader (its own fd, when the worker reads the CM's)
+   * saw the hang-up too and ended. */
+  int sa_reader;
+  EXPECT(fake_umad_wait_threads("ibcm-sa", 0, &sa_reader) == 0,
+         "the SA reader thread still runs after removal");
 
   int rc = ib_send_cm_req(id, &req);
   EXPECT(rc == -ENODEV, "ib_send_cm_req on a removed device: %d", rc);
   CHECK_STATE(id, IB_CM_IDLE);
-  /* Only the removal's line: a warning from the open (no SA agent on the
-   * stand-in) may reach the captured file late when stderr was a pipe, as
-   * under ctest, since such lines go through the logger thread. */
+  /* Only the removal's line, once for the port whichever of its readers
+   * (the CM's, the SA client's) saw it first. */
   int lines = fake_umad_log_lines("fake0 port 1: the umad device is gone");
   EXPECT(lines == 1, "%d log lines say fake0 port 1 is gone", lines);
 
   ib_destroy_cm_id(id);
   CHECK_EQ(ibcm_close_device(fake), 0);
-  EXPECT(fake_umad_open_fds() == 0 && fake_umad_agents() == 0, "fds %d agents %d",
-         fake_umad_open_fds(), fake_umad_agents());
+  EXPECT(fake_umad_open_fds() == 0 && fake_umad_agents() == 0 && fake_umad_sa_agents() == 0,
+         "fds %d agents %d SA agents %d", fake_umad_open_fds(), fake_umad_agents(),
+         fake_umad_sa_agents());
   test_finish();
   return fake_umad_result("hardening_04");
 }

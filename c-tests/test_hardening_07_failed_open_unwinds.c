@@ -1,6 +1,6 @@
 /*
  * Issue 10, point 7: ibcm_open_device failing on port 2 leaves nothing
- * behind (no umad fd open, no CM agent registered, no reader thread), says
+ * behind (no umad fd open, no CM or SA agent registered, no reader thread), says
  * "another process" only when a CM agent of another process is what failed,
  * and the device opens once the fault is gone.
  * Stand-in libibumad over a fake sysfs (fixtures/fake_umad.c).
@@ -13,9 +13,12 @@ static void expect_nothing_left(const char *after) {
   /* The reader was joined, but pthread_join returns when the kernel clears
    * the thread's tid, a moment before /proc/self/task drops it: wait. */
   int threads = fake_umad_wait_threads("ibcm-umad", 0, &tid);
-  EXPECT(fake_umad_open_fds() == 0 && fake_umad_agents() == 0 && threads == 0,
-         "after %s: %d fds open, %d agents, %d reader threads", after,
-         fake_umad_open_fds(), fake_umad_agents(), threads);
+  int sa_threads = fake_umad_wait_threads("ibcm-sa", 0, &tid);
+  EXPECT(fake_umad_open_fds() == 0 && fake_umad_agents() == 0 &&
+             fake_umad_sa_agents() == 0 && threads == 0 && sa_threads == 0,
+         "after %s: %d fds open, %d CM and %d SA agents, %d + %d reader threads", after,
+         fake_umad_open_fds(), fake_umad_agents(), fake_umad_sa_agents(), threads,
+         sa_threads);
 }
 
 static void expect_open_fails(int err, const char *after) {
@@ -48,9 +51,16 @@ int main(void) {
          IS_ERR(dev) ? PTR_ERR(dev) : 0L);
   if (!IS_ERR_OR_NULL(dev)) {
     int tid;
-    CHECK_EQ(fake_umad_open_fds(), 2);
+    /* A reader thread per port, its SA client on the same fd; or the CM
+     * worker reads the CM fds, and each SA client has an fd and a reader
+     * thread of its own. */
+    int worker_reads = fake_umad_worker_reads();
+    CHECK_EQ(fake_umad_open_fds(), worker_reads ? 4 : 2);
     CHECK_EQ(fake_umad_agents(), 2);
-    CHECK_EQ(fake_umad_wait_threads("ibcm-umad", 2, &tid), 2);
+    CHECK_EQ(fake_umad_sa_agents(), 2);
+    int readers = worker_reads ? 0 : 2;
+    CHECK_EQ(fake_umad_wait_threads("ibcm-umad", readers, &tid), readers);
+    CHECK_EQ(fake_umad_wait_threads("ibcm-sa", 2 - readers, &tid), 2 - readers);
     CHECK_EQ(ibcm_close_device(dev), 0);
     expect_nothing_left("close");
   }

@@ -3,7 +3,9 @@
  * 64 MADs, and wakes the worker once, at the end of that burst. A burst of
  * 64 + 1 DREQs (two bursts, the second a single MAD) and then silence: every
  * DREQ is handled (each gets its stateless DREP) without another MAD coming
- * to pay a wake-up owed across the reader's next poll.
+ * to pay a wake-up owed across the reader's next poll. By default the CM
+ * worker reads the port itself (up to 1,024 MADs a look): the same DREQs, all
+ * answered.
  * Stand-in libibumad over a fake sysfs (fixtures/fake_umad.c).
  */
 #include "common.h"
@@ -20,7 +22,7 @@ int main(void) {
   struct ib_device *fake = ibcm_open_device("fake0");
   CHECK(!IS_ERR_OR_NULL(fake));
   int reader;
-  CHECK_EQ(fake_umad_wait_threads("ibcm-umad", 1, &reader), 1);
+  CHECK_EQ(fake_umad_wait_threads(fake_umad_reader_prefix(), 1, &reader), 1);
 
   long before = fake_umad_sends();
   uint8_t dreq[256];

@@ -142,7 +142,10 @@ impl Device {
                 }
                 let (sys, identity) = rdma_identity(name)?;
                 Self::open_with(name, identity, |recv, _| {
-                    Ok(UmadTransport::open(&sys, recv)? as Arc<dyn MadTransport>)
+                    Ok(
+                        UmadTransport::open(&sys, recv, Some(super::worker::ports_changed))?
+                            as Arc<dyn MadTransport>,
+                    )
                 })
             }
         }
@@ -477,7 +480,8 @@ fn rdma_identity(name: &str) -> CmResult<(sysfs::SysDevice, Identity)> {
 /// with `recv`.
 pub fn open_for_switch(name: &str, recv: RecvFn) -> CmResult<(Identity, Arc<dyn MadTransport>)> {
     let (sys, identity) = rdma_identity(name)?;
-    let transport = UmadTransport::open(&sys, recv)? as Arc<dyn MadTransport>;
+    // The daemon has no CM worker: its ports keep their reader threads.
+    let transport = UmadTransport::open(&sys, recv, None)? as Arc<dyn MadTransport>;
     Ok((identity, transport))
 }
 

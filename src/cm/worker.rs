@@ -118,11 +118,55 @@ fn push(work: Work) {
     PUSHED.fetch_add(1, Ordering::Release);
     // A reader handing on a burst of MADs wakes the worker once, at its end.
     if !transport::batch::defer_wake(wake_worker) {
-        ready.notify_one();
+        wake(ready);
     }
 }
 
 fn wake_worker() {
+    wake(&QUEUE.1);
+}
+
+/// Set (under the queue lock) while the worker waits in
+/// `umad::worker_poll` rather than on the condition variable; the first
+/// thread to wake it clears it, and the worker clears it (under the lock)
+/// once it is back. Never set unless the worker reads umad ports.
+static IN_POLL: AtomicBool = AtomicBool::new(false);
+
+/// Wakes the worker after work was queued (or a sooner timer armed) under
+/// the queue lock: on the condition variable, and through its eventfd when
+/// it waits in `poll`. The worker set `IN_POLL` under the lock after it found
+/// nothing to do, so a pusher whose item it did not see took the lock after
+/// that and finds it set, even with a relaxed load. Not the eventfd from the
+/// worker itself (what it read from its ports, a timer a handler armed): it
+/// looks at the queue before it waits again, and the write would only make
+/// its next `ppoll` return at once.
+fn wake(ready: &Condvar) {
+    ready.notify_one();
+    if IN_POLL.load(Ordering::Relaxed) && !on_worker() && IN_POLL.swap(false, Ordering::SeqCst) {
+        transport::umad::wake_worker_poll();
+    }
+}
+
+/// `umad::read_ports_now` on a caller's thread: a panic there (a bug of the
+/// library's) must not stop the work the caller queues next (the state it
+/// changed needs it), so it is contained and logged; the MADs stay for the
+/// worker.
+fn read_ports_first() {
+    if catch_unwind(AssertUnwindSafe(transport::umad::read_ports_now)).is_err() {
+        PANICKED.fetch_add(1, Ordering::Relaxed);
+        ibcm_log!(
+            Error,
+            "internal error while reading the umad ports: left to the worker"
+        );
+    }
+}
+
+/// Kernel umad ports joined the worker's set (`UmadTransport::open`): a
+/// worker asleep on the condition variable goes to `poll` on them (one in
+/// `poll` already was woken by the set). The lock orders this with the
+/// worker's look at `worker_ports_registered` before it sleeps.
+pub fn ports_changed() {
+    drop(QUEUE.0.lock());
     QUEUE.1.notify_one();
 }
 
@@ -168,6 +212,10 @@ pub fn queue_event(id: &Arc<CmIdPriv>, event: CmEvent) {
 /// Queues `check` for `id`: the event it returns when its turn comes, if
 /// any, is delivered in this work item's place in the queue.
 pub fn queue_checked(id: &Arc<CmIdPriv>, check: fn(&Arc<CmIdPriv>) -> Option<CmEvent>) {
+    // What the kernel received before the call is queued first (the
+    // worker may not have read it yet), as `cm_establish`'s work queues
+    // behind the MADs the MAD layer has taken.
+    read_ports_first();
     push_handler_work(
         id,
         Work::Checked {
@@ -259,7 +307,7 @@ pub fn arm_timer(after: Duration, work: TimerWork) -> TimerId {
     let id = q.timers.arm(deadline, work);
     drop(q);
     if sooner {
-        ready.notify_one();
+        wake(ready);
     }
     id
 }
@@ -274,6 +322,8 @@ pub fn cancel_timer(timer: TimerId) {
 /// the worker (`on_worker`): it would wait for itself.
 pub fn wait_for_queued_work(bound: Duration) -> bool {
     let (done, handled) = sync_channel(1);
+    // "Queued" includes what the kernel received and the worker has not read.
+    read_ports_first();
     push(Work::Barrier(done));
     handled.recv_timeout(bound).is_ok()
 }
@@ -411,6 +461,11 @@ fn spin_for_work() {
     let seen = PUSHED.load(Ordering::Acquire);
     let until = Instant::now() + SPIN;
     while PUSHED.load(Ordering::Acquire) == seen && Instant::now() < until {
+        // Kernel umad ports the worker reads: a look at them too (a MAD
+        // read is queued, and ends the spin).
+        if transport::umad::worker_ports_registered() {
+            look_at_ports(Some(Duration::ZERO));
+        }
         std::thread::yield_now();
     }
 }
@@ -421,6 +476,9 @@ fn run() {
     let mut timers = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
     loop {
+        // More received work waits behind this batch: ports the worker reads
+        // get a look after it (`umad::WORKER_DRAIN`).
+        let mut backlog = false;
         {
             let mut q = queue.lock();
             let mut spun = false;
@@ -436,6 +494,7 @@ fn run() {
                 if batch.is_empty() {
                     let n = q.work.len().min(BATCH);
                     batch.extend(q.work.drain(..n));
+                    backlog = !q.work.is_empty();
                 }
                 if !timers.is_empty() || !batch.is_empty() {
                     break;
@@ -443,6 +502,22 @@ fn run() {
                 if !spun {
                     spun = true;
                     MutexGuard::unlocked(&mut q, spin_for_work);
+                    continue;
+                }
+                if transport::umad::worker_ports_registered() {
+                    // Kernel umad ports: the worker reads them itself, in
+                    // `ppoll` on them and its eventfd until the next timer.
+                    // `IN_POLL` is set under the lock, after the queue was
+                    // found empty: a pusher that comes later writes the
+                    // eventfd, which makes this poll (or one not yet begun)
+                    // return.
+                    IN_POLL.store(true, Ordering::SeqCst);
+                    let timeout = q
+                        .timers
+                        .next_deadline()
+                        .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+                    MutexGuard::unlocked(&mut q, || look_at_ports(timeout));
+                    IN_POLL.store(false, Ordering::SeqCst);
                     continue;
                 }
                 match q.timers.next_deadline() {
@@ -463,6 +538,36 @@ fn run() {
             TAKEN.fetch_sub(1, Ordering::Relaxed);
             run_work(work);
         }
+        if backlog && transport::umad::worker_ports_registered() {
+            look_at_ports(Some(Duration::ZERO));
+        }
+    }
+}
+
+/// How long the worker waits before it polls its umad ports again after
+/// `ppoll` failed (not `EINTR`: out of memory, say), instead of retrying at
+/// once for as long as it fails.
+const POLL_RETRY: Duration = Duration::from_millis(10);
+
+/// Waits on the umad ports the worker reads, `timeout` at most
+/// (`umad::worker_poll`), and queues what they have. A panic there is
+/// contained as a work item's; a failing `ppoll` is logged once, and the
+/// worker sleeps [`POLL_RETRY`] (the timeout, if shorter) before it goes on.
+fn look_at_ports(timeout: Option<Duration>) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    let mut polled = Ok(());
+    contain("received MADs", || {
+        polled = transport::umad::worker_poll(timeout);
+    });
+    if let Err(e) = polled {
+        if !REPORTED.swap(true, Ordering::Relaxed) {
+            ibcm_log!(
+                Error,
+                "cannot wait for the umad ports: ppoll failed ({e:?}); trying again every {} ms",
+                POLL_RETRY.as_millis()
+            );
+        }
+        std::thread::sleep(timeout.map_or(POLL_RETRY, |t| t.min(POLL_RETRY)));
     }
 }
 

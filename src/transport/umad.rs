@@ -3,25 +3,36 @@
 //! libibumad (`libibumad.so.3`, rdma-core) is loaded at run time, so the
 //! library runs without it until a real device is opened; the dozen functions
 //! used are declared here by hand. Each active port gets a file descriptor on
-//! `/dev/infiniband/umadN`, an agent registered for the CM class (0x07,
-//! version 2, method Send) and a reader thread. The kernel retries no CM MAD
+//! `/dev/infiniband/umadN` and an agent registered for the CM class (0x07,
+//! version 2, method Send). The CM worker reads the ports of the devices the
+//! library opens itself ([`worker_poll`]): it waits in one `ppoll` on them, its
+//! eventfd and the next timer, so a received MAD costs no thread switch.
+//! umad2sim's ports, the MAD switch daemon's, and every port under
+//! `IBCM_UMAD_READER_THREADS=1` get a reader thread instead, which hands
+//! what it reads to the worker. An InfiniBand port's SA client has an fd of
+//! its own, with a reader thread, where the worker reads the CM fd: SA answers
+//! then arrive while a handler blocks, as the kernel's SA completes apart from
+//! the CM's workqueue. The kernel retries no CM MAD
 //! (timeout 0, retries 0): retransmission is the engine's, since umad cannot
 //! cancel a send. SA queries get a MAD-layer timeout so that their answers
 //! are matched to them (see `SA_SEND_TIMEOUT_MS`).
 //!
-//! For a long-running daemon: the fds are close-on-exec; a reader sleeps in
-//! poll() on its fd and an eventfd that `close` writes (no periodic wake-up)
-//! with every signal blocked, and reads what the fd has after each wake-up; an open that fails half-way unwinds; when ib_umad
-//! reports the port gone (device removed: POLLERR/POLLHUP, read -EIO) the
-//! reader logs it once and stops, and sends on the port fail with -ENODEV.
+//! For a long-running daemon: the fds are close-on-exec; a reader thread
+//! sleeps in poll() on its fd and an eventfd that `close` writes, and the
+//! worker in ppoll() on its ports, its eventfd and the next timer (no periodic
+//! wake-up), with every signal blocked, and each reads what the fd has after
+//! each wake-up; an open that fails half-way unwinds; when ib_umad reports the
+//! port gone (device removed: POLLERR/POLLHUP, read -EIO) its reader logs it
+//! once and stops reading it, and sends on the port fail with -ENODEV.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::batch::{self, BURST};
 use super::sysfs::SysDevice;
@@ -227,7 +238,13 @@ impl Drop for PortHandle {
 
 /// An open port and what its reader found out about it.
 struct UmadPort {
+    /// The CM agent's fd, and the SA client's where `sa` is `None`.
     handle: PortHandle,
+    /// The SA client on an fd of its own (an InfiniBand port the worker
+    /// reads): its reader thread delivers SA answers while a handler blocks.
+    sa: Option<PortHandle>,
+    /// The CM worker reads `handle` ([`worker_poll`]), no thread of its own.
+    polled: bool,
     /// The port went away (ib_umad reports the device removed): nothing is
     /// sent on it any more.
     dead: Arc<AtomicBool>,
@@ -241,6 +258,22 @@ pub struct UmadTransport {
     /// only, so an idle device wakes nobody.
     wake: OwnedFd,
     readers: Mutex<Vec<JoinHandle<()>>>,
+    /// The ports the CM worker reads ([`worker_poll`]) instead of a reader
+    /// thread: taken out of its set by `close` before their fds close.
+    polled: Mutex<Vec<Arc<Reader>>>,
+}
+
+/// Whether the CM worker reads the kernel umad ports of the devices the
+/// library opens (the default), or each port gets a reader thread
+/// (`IBCM_UMAD_READER_THREADS` set to anything but empty or `0`, e.g. `1`:
+/// the only way before 2026-12-04). Read once, when the first RDMA device
+/// opens.
+fn worker_reads() -> bool {
+    static WORKER_READS: LazyLock<bool> = LazyLock::new(|| {
+        crate::ffi::sys::secure_var_os(c"IBCM_UMAD_READER_THREADS")
+            .is_none_or(|v| v.is_empty() || v == "0")
+    });
+    *WORKER_READS
 }
 
 /// Whether the kernel's CM module is loaded (it owns the CM class then).
@@ -297,21 +330,26 @@ fn open_handle(lib: &'static Lib, name: &CString, port_num: u8) -> CmResult<Port
     Ok(handle)
 }
 
-/// Opens `port_num` of `dev` (`name`) and registers the CM class on it.
+/// Opens `port_num` of `dev` (`name`) and registers the CM class on it, and
+/// on an InfiniBand port an SA client. `worker_polls`: the CM worker reads a
+/// kernel port that does not block a read ([`worker_poll`]); the SA client
+/// then gets an fd of its own (read by a thread), else it shares the CM's.
 fn open_port(
     lib: &'static Lib,
     dev: &str,
     name: &CString,
     port_num: u8,
     infiniband: bool,
+    worker_polls: bool,
 ) -> CmResult<UmadPort> {
-    let mut handle = open_handle(lib, name, port_num).inspect_err(|e| {
+    let open_error = |e: &Errno| {
         ibcm_log!(
             Error,
             "cannot open the umad device of {dev} port {port_num}: {e:?} (is ib_umad loaded, \
              and /dev/infiniband/umad* readable and writable?)"
         )
-    })?;
+    };
+    let mut handle = open_handle(lib, name, port_num).inspect_err(open_error)?;
     let cm = AgentClass {
         mgmt_class: MGMT_CLASS_CM,
         version: CM_CLASS_VERSION,
@@ -320,23 +358,48 @@ fn open_port(
     let agent_id =
         register(lib, handle.fd, &cm).map_err(|e| registration_error(dev, port_num, e))?;
     handle.agent_id = Some(agent_id);
+    let polled = worker_polls && !handle.simulated && handle.drains;
+    let mut sa = None;
     if infiniband {
         // A client of the SA: it sends queries and gets their answers only.
-        let sa = AgentClass {
+        let class = AgentClass {
             mgmt_class: crate::sa::MGMT_CLASS_SA,
             version: crate::sa::SA_CLASS_VERSION,
             method_mask: [0, 0],
         };
-        match register(lib, handle.fd, &sa) {
-            Ok(id) => handle.sa_agent_id = Some(id),
-            Err(e) => ibcm_log!(
+        // ib_umad gives each open file its own agents.
+        let own_fd = || {
+            let mut own = open_handle(lib, name, port_num)?;
+            own.sa_agent_id = Some(register(lib, own.fd, &class)?);
+            Ok::<_, Errno>(own)
+        };
+        let registered = match polled.then(own_fd) {
+            Some(Ok(own)) => {
+                sa = Some(own);
+                Ok(())
+            }
+            failed => {
+                if let Some(Err(e)) = failed {
+                    ibcm_log!(
+                        Warn,
+                        "{dev} port {port_num}: no umad fd of its own for the SA client \
+                         ({e:?}): its answers wait for the worker while a handler blocks"
+                    );
+                }
+                register(lib, handle.fd, &class).map(|id| handle.sa_agent_id = Some(id))
+            }
+        };
+        if let Err(e) = registered {
+            ibcm_log!(
                 Warn,
                 "{dev} port {port_num}: cannot register an SA client ({e:?}): no path queries"
-            ),
+            );
         }
     }
     Ok(UmadPort {
         handle,
+        sa,
+        polled,
         dead: Arc::new(AtomicBool::new(false)),
     })
 }
@@ -478,16 +541,38 @@ fn spawn_without_signals(
 impl UmadTransport {
     /// Opens every active port of `dev` and registers the CM class on it; on
     /// any failure nothing stays open, registered or running.
-    pub fn open(dev: &SysDevice, recv: RecvFn) -> CmResult<Arc<Self>> {
+    ///
+    /// `worker`: the kernel ports are read by the CM worker ([`worker_poll`])
+    /// unless `IBCM_UMAD_READER_THREADS=1`, and this wakes it (`worker()`)
+    /// once they are in its set; `None` (the MAD switch daemon, which has no
+    /// CM worker): every port gets a reader thread.
+    pub fn open(dev: &SysDevice, recv: RecvFn, worker: Option<fn()>) -> CmResult<Arc<Self>> {
         let lib = lib()?;
         let name = CString::new(dev.name.as_str()).map_err(|_| EINVAL)?;
+        let poll_set = worker.and_then(|_| poll_set());
+        if worker.is_some() && worker_reads() && poll_set.is_none() {
+            static REPORTED: AtomicBool = AtomicBool::new(false);
+            if !REPORTED.swap(true, Ordering::Relaxed) {
+                ibcm_log!(
+                    Warn,
+                    "no eventfd for the worker's wait on the umad ports: a reader thread per port"
+                );
+            }
+        }
         let ports = dev
             .ports
             .iter()
             .filter(|p| p.active)
             .map(|p| {
                 let infiniband = p.link_layer == super::sysfs::LinkLayer::InfiniBand;
-                open_port(lib, &dev.name, &name, p.port_num, infiniband)
+                open_port(
+                    lib,
+                    &dev.name,
+                    &name,
+                    p.port_num,
+                    infiniband,
+                    poll_set.is_some(),
+                )
             })
             .collect::<CmResult<Vec<_>>>()?;
         // SAFETY: eventfd with constant flags; the result is checked.
@@ -500,20 +585,36 @@ impl UmadTransport {
             // SAFETY: a new fd that nothing else owns.
             wake: unsafe { OwnedFd::from_raw_fd(wake) },
             readers: Mutex::new(Vec::new()),
+            polled: Mutex::new(Vec::new()),
         });
+        let reader_of = |handle: &PortHandle, port: &UmadPort, burst: usize| Reader {
+            lib,
+            fd: handle.fd,
+            simulated: handle.simulated,
+            burst: if handle.drains { burst } else { 1 },
+            wake: transport.wake.as_raw_fd(),
+            port_num: handle.port_num,
+            dev: dev.name.clone(),
+            dead: port.dead.clone(),
+            recv: recv.clone(),
+        };
+        let mut threads = Vec::new();
         for port in transport.ports.read().iter() {
-            let reader = Reader {
-                lib,
-                fd: port.handle.fd,
-                simulated: port.handle.simulated,
-                burst: if port.handle.drains { BURST } else { 1 },
-                wake: transport.wake.as_raw_fd(),
-                port_num: port.handle.port_num,
-                dev: dev.name.clone(),
-                dead: port.dead.clone(),
-                recv: recv.clone(),
-            };
-            match spawn_without_signals(format!("ibcm-umad-{}", dev.name), move || reader.run()) {
+            match poll_set.filter(|_| port.polled) {
+                Some(set) => {
+                    let reader = Arc::new(reader_of(&port.handle, port, WORKER_DRAIN));
+                    transport.polled.lock().push(reader.clone());
+                    set.register(reader);
+                }
+                None => threads.push(("umad", reader_of(&port.handle, port, BURST))),
+            }
+            if let Some(sa) = &port.sa {
+                threads.push(("sa", reader_of(sa, port, BURST)));
+            }
+        }
+        for (kind, reader) in threads {
+            let thread_name = format!("ibcm-{kind}-{}", dev.name);
+            match spawn_without_signals(thread_name, move || reader.run()) {
                 Ok(thread) => transport.readers.lock().push(thread),
                 Err(e) => {
                     ibcm_log!(Error, "cannot start a umad reader thread: {e}");
@@ -521,6 +622,9 @@ impl UmadTransport {
                     return Err(Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)));
                 }
             }
+        }
+        if let Some(woken) = worker.filter(|_| !transport.polled.lock().is_empty()) {
+            woken();
         }
         Ok(transport)
     }
@@ -596,13 +700,295 @@ impl UmadSender {
     }
 }
 
-/// The reader thread of one port.
+/// MADs the worker reads from one port per look at it, at most: it drains
+/// a port (the read that finds it empty ends the look) so that a backlog
+/// waits in the device's receive queue, where [`RX_QUEUE_CAP`] bounds and
+/// counts it as a reader thread's, rather than in ib_umad's list, whose
+/// overflow nobody sees; the bound keeps a flooding peer from holding the
+/// worker in one look. Between batches of a backlog the worker looks again
+/// (`worker::run`), so ib_umad's list holds what arrives in one batch.
+///
+/// [`RX_QUEUE_CAP`]: crate::cm::worker::RX_QUEUE_CAP
+const WORKER_DRAIN: usize = 16 * BURST;
+
+/// The kernel umad ports the CM worker reads on its own thread: it waits in
+/// [`worker_poll`] on their fds and an eventfd of its own instead of a
+/// reader thread per port handing it each burst (a thread switch per burst,
+/// and where the two share a CPU, per MAD). umad2sim's ports and the MAD
+/// switch daemon's keep their reader threads, and so does every port with
+/// `IBCM_UMAD_READER_THREADS=1`: then this set is never made.
+///
+/// A port leaves the set (`close`) before its fd is closed. The worker polls
+/// a snapshot of the ports and says which generation of the set it holds;
+/// `deregister` makes a new generation, wakes the worker and waits until it
+/// holds no older snapshot. The reads after a poll, and [`read_ports_now`]'s,
+/// happen under the set's lock, which `deregister` takes too, so a port is
+/// never read once it has left; and the MADs of one port are queued in the
+/// order read whichever thread reads them.
+struct PollSet {
+    state: Mutex<PollState>,
+    /// Signalled when the worker lets go of a snapshot.
+    released: Condvar,
+    /// The worker's eventfd: [`wake_worker_poll`], `register` and
+    /// `deregister` write it.
+    wake: OwnedFd,
+    /// How many ports are in the set, for a look without the lock.
+    count: AtomicUsize,
+}
+
+#[derive(Default)]
+struct PollState {
+    ports: Vec<Arc<Reader>>,
+    generation: u64,
+    /// The generation of the snapshot the worker holds, if it holds one.
+    holding: Option<u64>,
+}
+
+/// `None` if no eventfd could be made: every port gets a reader thread then.
+static POLL_SET: LazyLock<Option<PollSet>> = LazyLock::new(PollSet::new);
+
+/// Set once a port has joined the set: until then (and always with
+/// `IBCM_UMAD_READER_THREADS=1`) the worker's looks at it are one load, and
+/// never make it.
+static POLL_SET_IN_USE: AtomicBool = AtomicBool::new(false);
+
+/// The set for a device that opens, made on first use; `None` with
+/// `IBCM_UMAD_READER_THREADS=1`.
+fn poll_set() -> Option<&'static PollSet> {
+    worker_reads().then(|| POLL_SET.as_ref()).flatten()
+}
+
+/// The set, once a port has been in it.
+fn poll_set_in_use() -> Option<&'static PollSet> {
+    if !POLL_SET_IN_USE.load(Ordering::Acquire) {
+        return None;
+    }
+    POLL_SET.as_ref()
+}
+
+impl PollSet {
+    /// An empty set; `None` if no eventfd could be made.
+    fn new() -> Option<Self> {
+        // SAFETY: eventfd with constant flags; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        (fd >= 0).then(|| PollSet {
+            state: Mutex::default(),
+            released: Condvar::new(),
+            // SAFETY: a new fd that nothing else owns.
+            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+            count: AtomicUsize::new(0),
+        })
+    }
+
+    /// Adds a port; a `ppoll` in progress returns to take it in.
+    fn register(&self, reader: Arc<Reader>) {
+        let mut state = self.state.lock();
+        state.ports.push(reader);
+        self.count.store(state.ports.len(), Ordering::SeqCst);
+        POLL_SET_IN_USE.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    /// Stops polling and reading `readers`: once it returns, the worker
+    /// touches none of their fds, and they may be closed.
+    fn deregister(&self, readers: &[Arc<Reader>]) {
+        let mut state = self.state.lock();
+        state
+            .ports
+            .retain(|p| !readers.iter().any(|r| Arc::ptr_eq(p, r)));
+        self.count.store(state.ports.len(), Ordering::SeqCst);
+        state.generation += 1;
+        let generation = state.generation;
+        if state.holding.is_some_and(|h| h < generation) {
+            // The worker polls an older snapshot (or is about to): woken,
+            // it reads (under this lock, once the wait lets go of it) and
+            // lets go of the snapshot.
+            self.wake();
+            while state.holding.is_some_and(|h| h < generation) {
+                self.released.wait(&mut state);
+            }
+        }
+    }
+
+    fn wake(&self) {
+        // SAFETY: writes 8 bytes to the eventfd this set owns.
+        unsafe { libc::eventfd_write(self.wake.as_raw_fd(), 1) };
+    }
+
+    /// Reads each of `ready` (with the lock held), a burst of
+    /// [`WORKER_DRAIN`] at most, in one [`batch::receive_batch`]; a port
+    /// whose fd reports an error, or whose read fails, is gone
+    /// (`Reader::port_gone`) and leaves the set.
+    fn read_ready(&self, state: &mut PollState, ready: &[(Arc<Reader>, libc::c_short)]) {
+        let mut gone = Vec::new();
+        batch::receive_batch(|| {
+            for (port, revents) in ready {
+                let failed = if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                    // What ib_umad's poll says once the device is removed.
+                    Some(Errno(libc::EIO))
+                } else if revents & libc::POLLIN != 0 {
+                    port.receive_burst().err()
+                } else {
+                    None
+                };
+                if let Some(e) = failed {
+                    port.port_gone(e);
+                    gone.push(port.clone());
+                }
+            }
+        });
+        if !gone.is_empty() {
+            state
+                .ports
+                .retain(|p| !gone.iter().any(|g| Arc::ptr_eq(p, g)));
+            self.count.store(state.ports.len(), Ordering::SeqCst);
+        }
+    }
+}
+
+/// The ports the worker polls, held from before its `ppoll` until after its
+/// reads; let go when dropped (also by a panic).
+struct Snapshot {
+    set: &'static PollSet,
+    ports: Vec<Arc<Reader>>,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        self.set.state.lock().holding = None;
+        self.set.released.notify_all();
+    }
+}
+
+/// Whether ports are in the worker's set: it waits in [`worker_poll`] then,
+/// instead of on its condition variable. False with
+/// `IBCM_UMAD_READER_THREADS=1`, one load.
+pub fn worker_ports_registered() -> bool {
+    poll_set_in_use().is_some_and(|set| set.count.load(Ordering::SeqCst) != 0)
+}
+
+/// Wakes the worker from [`worker_poll`] (or makes its next one return at
+/// once).
+pub fn wake_worker_poll() {
+    if let Some(set) = poll_set_in_use() {
+        set.wake();
+    }
+}
+
+/// The CM worker's wait while ports are in its set: one `ppoll` on its
+/// eventfd and every port's fd, `timeout` at most (`None`: until a port has
+/// input or [`wake_worker_poll`] is called; `Some(Duration::ZERO)`: a look
+/// without waiting); then what each readable port has, [`WORKER_DRAIN`] MADs
+/// at most, goes to the port's `RecvFn` as a reader thread's does.
+///
+/// `Err` when `ppoll` itself fails (not `EINTR`): the caller must not call
+/// again at once.
+pub fn worker_poll(timeout: Option<Duration>) -> CmResult {
+    poll_set_in_use().map_or(Ok(()), |set| set.poll(timeout))
+}
+
+/// Reads what the worker's ports have now, without waiting, on the calling
+/// thread, and queues it: `ib_cm_notify`'s check and `close`'s wait for the
+/// queued work come after the MADs the kernel received before the call, as
+/// they do when a reader thread has read them (the kernel's MAD layer takes
+/// a MAD off its queue pair whatever the CM's workqueue is doing).
+pub fn read_ports_now() {
+    if let Some(set) = poll_set_in_use() {
+        set.read_now();
+    }
+}
+
+impl PollSet {
+    /// [`worker_poll`] on this set.
+    fn poll(&'static self, timeout: Option<Duration>) -> CmResult {
+        let snapshot = {
+            let mut state = self.state.lock();
+            state.holding = Some(state.generation);
+            Snapshot {
+                set: self,
+                ports: state.ports.clone(),
+            }
+        };
+        let mut fds = Vec::with_capacity(1 + snapshot.ports.len());
+        fds.push(libc::pollfd {
+            fd: self.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.extend(snapshot.ports.iter().map(|port| libc::pollfd {
+            fd: port.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: t.subsec_nanos().into(),
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+        // SAFETY: `fds` are valid pollfds whose fds stay open while the
+        // snapshot is held (`deregister` waits for it); the timespec is valid
+        // or null (no timeout); the signal mask is not changed (null).
+        let ready = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                ts_ptr,
+                std::ptr::null(),
+            )
+        };
+        if ready < 0 {
+            let e = last_errno();
+            return if e.0 == libc::EINTR { Ok(()) } else { Err(e) };
+        }
+        if ready == 0 {
+            return Ok(());
+        }
+        if fds[0].revents != 0 {
+            let mut value = 0;
+            // SAFETY: reads 8 bytes from the eventfd this set owns
+            // (non-blocking).
+            unsafe { libc::eventfd_read(self.wake.as_raw_fd(), &mut value) };
+        }
+        let ready: Vec<_> = snapshot
+            .ports
+            .iter()
+            .zip(&fds[1..])
+            .filter(|(_, fd)| fd.revents != 0)
+            .map(|(port, fd)| (port.clone(), fd.revents))
+            .collect();
+        if !ready.is_empty() {
+            let mut state = self.state.lock();
+            // A port that left the set meanwhile (`deregister` waits for this
+            // snapshot, its fd still open) is not read: its device is closing.
+            let ready: Vec<_> = ready
+                .into_iter()
+                .filter(|(port, _)| state.ports.iter().any(|p| Arc::ptr_eq(p, port)))
+                .collect();
+            self.read_ready(&mut state, &ready);
+        }
+        Ok(())
+    }
+
+    /// [`read_ports_now`] on this set.
+    fn read_now(&self) {
+        let mut state = self.state.lock();
+        let ready: Vec<_> = state
+            .ports
+            .iter()
+            .map(|port| (port.clone(), libc::POLLIN))
+            .collect();
+        self.read_ready(&mut state, &ready);
+    }
+}
+
+/// The reader of one port: its own thread, or the CM worker ([`worker_poll`]).
 struct Reader {
     lib: &'static Lib,
     fd: c_int,
     simulated: bool,
-    /// MADs read per poll: [`BURST`] where a read finds the fd empty
-    /// without waiting, else 1.
+    /// MADs read per poll: where a read finds the fd empty without waiting,
+    /// [`BURST`] for a reader thread and [`WORKER_DRAIN`] for the worker;
+    /// else 1.
     burst: usize,
     wake: c_int,
     port_num: u8,
@@ -839,7 +1225,10 @@ impl MadTransport for UmadTransport {
         if port.dead.load(Ordering::Acquire) {
             return Err(ENODEV);
         }
-        port.handle.post(addr, mad)
+        match &port.sa {
+            Some(sa) if mad[1] == crate::sa::MGMT_CLASS_SA => sa.post(addr, mad),
+            _ => port.handle.post(addr, mad),
+        }
     }
 
     fn close(&self) {
@@ -847,6 +1236,10 @@ impl MadTransport for UmadTransport {
         unsafe { libc::eventfd_write(self.wake.as_raw_fd(), 1) };
         for reader in self.readers.lock().drain(..) {
             let _ = reader.join();
+        }
+        let polled = std::mem::take(&mut *self.polled.lock());
+        if let Some(set) = poll_set().filter(|_| !polled.is_empty()) {
+            set.deregister(&polled);
         }
         // The readers have stopped: unregister the agents and close the fds.
         // Sends in progress hold the lock; later ones find no port.
@@ -924,4 +1317,282 @@ pub fn verbs_local_ca_ack_delay(name: &str) -> Option<u8> {
     // The handle stays open: libibverbs keeps its providers loaded, and an
     // unload under them gains nothing (a second dlopen only counts up).
     delay
+}
+
+/// The worker's set of ports ([`PollSet`]) on socketpairs read by a stand-in
+/// `umad_recv`, each test with a set of its own: the points a hostile review
+/// of the first version of it raised (docs/experiments/README.md).
+#[cfg(test)]
+mod poll_set_tests {
+    use std::sync::atomic::AtomicU32;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// `umad_recv` on a socketpair end: one `struct ib_user_mad` and MAD
+    /// per message, as ib_umad's read gives them.
+    unsafe extern "C" fn stand_in_recv(
+        fd: c_int,
+        buf: *mut c_void,
+        len: *mut c_int,
+        _timeout_ms: c_int,
+    ) -> c_int {
+        // SAFETY: the reader passes its buffer, room for the header and
+        // `*len` bytes, and `len` itself.
+        let n = unsafe { libc::read(fd, buf, 64 + *len as usize) };
+        if n < 0 {
+            return -last_errno().0;
+        }
+        if n == 0 {
+            return -libc::EIO;
+        }
+        // SAFETY: as above.
+        unsafe { *len = n as c_int - 64 };
+        0
+    }
+    unsafe extern "C" fn unused_open(_: *const c_char, _: c_int) -> c_int {
+        -libc::ENOSYS
+    }
+    unsafe extern "C" fn unused_close(_: c_int) -> c_int {
+        0
+    }
+    unsafe extern "C" fn unused_unregister(_: c_int, _: c_int) -> c_int {
+        0
+    }
+    unsafe extern "C" fn unused_send(
+        _: c_int,
+        _: c_int,
+        _: *mut c_void,
+        _: c_int,
+        _: c_int,
+        _: c_int,
+    ) -> c_int {
+        -libc::ENOSYS
+    }
+
+    static STAND_IN: Lib = Lib {
+        open_port: unused_open,
+        close_port: unused_close,
+        register2: None,
+        register: None,
+        unregister: unused_unregister,
+        send: unused_send,
+        recv: stand_in_recv,
+    };
+
+    /// One port: the end the set reads, the "wire" end, and the sequence
+    /// numbers (MAD bytes 8..12) of what its `RecvFn` got, in order.
+    struct Port {
+        reader: Arc<Reader>,
+        wire: OwnedFd,
+        _read_end: OwnedFd,
+        got: Arc<Mutex<Vec<u32>>>,
+    }
+
+    fn port() -> Port {
+        let mut sv = [0; 2];
+        // SAFETY: `sv` has room for the two fds; the result is checked.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: two new fds that nothing else owns.
+        let (read_end, wire) =
+            unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let reader = Arc::new(Reader {
+            lib: &STAND_IN,
+            fd: read_end.as_raw_fd(),
+            simulated: false,
+            burst: WORKER_DRAIN,
+            wake: -1,
+            port_num: 1,
+            dev: "stand-in".into(),
+            dead: Arc::new(AtomicBool::new(false)),
+            recv: Arc::new(move |_, _, mad: Arc<Mad>| {
+                sink.lock()
+                    .push(u32::from_be_bytes(mad[8..12].try_into().unwrap()))
+            }),
+        });
+        Port {
+            reader,
+            wire,
+            _read_end: read_end,
+            got,
+        }
+    }
+
+    impl Port {
+        /// A MAD numbered `seq` arrives on the port.
+        fn arrive(&self, seq: u32) {
+            let mut msg = [0u8; 64 + MAD_SIZE];
+            msg[64 + 8..64 + 12].copy_from_slice(&seq.to_be_bytes());
+            // SAFETY: writes the message from a live buffer.
+            let n = unsafe { libc::write(self.wire.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
+            assert_eq!(n, msg.len() as isize, "{:?}", last_errno());
+        }
+
+        fn got(&self) -> Vec<u32> {
+            self.got.lock().clone()
+        }
+    }
+
+    fn set() -> &'static PollSet {
+        Box::leak(Box::new(PollSet::new().unwrap()))
+    }
+
+    /// Polls `set` on a thread of its own until `stop`, as the worker does
+    /// (waiting with no timeout).
+    fn poller(set: &'static PollSet, stop: Arc<AtomicBool>) -> JoinHandle<u32> {
+        let polls = Arc::new(AtomicU32::new(0));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                set.poll(None).unwrap();
+                polls.fetch_add(1, Ordering::Relaxed);
+            }
+            polls.load(Ordering::Relaxed)
+        })
+    }
+
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < until, "not within 5 s: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn stop_poller(set: &'static PollSet, stop: &AtomicBool, thread: JoinHandle<u32>) {
+        stop.store(true, Ordering::Release);
+        set.wake();
+        thread.join().unwrap();
+    }
+
+    /// Review point 1: a port that joins while the worker waits in `ppoll`
+    /// without it (a second device opened) is polled from then on.
+    #[test]
+    fn worker_reads_a_port_that_joins_while_it_waits() {
+        let set = set();
+        let first = port();
+        set.register(first.reader.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = poller(set, stop.clone());
+        std::thread::sleep(Duration::from_millis(50)); // in ppoll on `first` alone
+        let second = port();
+        set.register(second.reader.clone());
+        second.arrive(7);
+        wait_until("the MAD of the port that joined is read", || {
+            second.got() == [7]
+        });
+        stop_poller(set, &stop, thread);
+    }
+
+    /// `close`: once `deregister` returns, the worker holds no snapshot with
+    /// the port (it waited for one in progress) and never reads it again.
+    #[test]
+    fn worker_never_reads_a_port_once_deregistered() {
+        let set = set();
+        let p = port();
+        set.register(p.reader.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = poller(set, stop.clone());
+        p.arrive(1);
+        wait_until("the first MAD is read", || p.got() == [1]);
+        std::thread::sleep(Duration::from_millis(20)); // back in ppoll on it
+        set.deregister(std::slice::from_ref(&p.reader));
+        let state = set.state.lock();
+        assert!(
+            state.holding.is_none_or(|h| h == state.generation),
+            "the worker holds a snapshot older than the set"
+        );
+        drop(state);
+        p.arrive(2);
+        set.read_now();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(p.got(), [1], "a port read after it left the set");
+        assert_eq!(set.count.load(Ordering::SeqCst), 0);
+        stop_poller(set, &stop, thread);
+    }
+
+    /// Review point 3: a look drains the port past a reader thread's burst,
+    /// so a backlog waits in the device's bounded, counted queue rather than
+    /// in ib_umad's list.
+    #[test]
+    fn a_look_drains_past_a_reader_threads_burst() {
+        let set = set();
+        let p = port();
+        set.register(p.reader.clone());
+        let sent = u32::try_from(BURST).unwrap() + 36;
+        for seq in 0..sent {
+            p.arrive(seq);
+        }
+        set.poll(Some(Duration::ZERO)).unwrap();
+        assert_eq!(p.got(), (0..sent).collect::<Vec<_>>());
+    }
+
+    /// Review point 4: what the port holds is read and handed on, in order,
+    /// by the thread that asks (`ib_cm_notify`, `close`), before that thread
+    /// queues its own work; the worker then finds the port empty.
+    #[test]
+    fn read_now_hands_on_what_the_port_holds_in_order() {
+        let set = set();
+        let p = port();
+        set.register(p.reader.clone());
+        for seq in [3, 1, 2] {
+            p.arrive(seq);
+        }
+        set.read_now();
+        assert_eq!(p.got(), [3, 1, 2]);
+        set.poll(Some(Duration::ZERO)).unwrap();
+        assert_eq!(p.got(), [3, 1, 2], "read twice");
+    }
+
+    /// A port whose fd hangs up (the device was removed) is gone and leaves
+    /// the set, so an idle worker does not wake for it again and again.
+    #[test]
+    fn a_port_that_hangs_up_leaves_the_set() {
+        let set = set();
+        let p = port();
+        set.register(p.reader.clone());
+        // SAFETY: shuts down the wire end this test owns.
+        unsafe { libc::shutdown(p.wire.as_raw_fd(), libc::SHUT_RDWR) };
+        set.poll(Some(Duration::from_secs(5))).unwrap();
+        assert!(p.reader.dead.load(Ordering::Acquire));
+        assert_eq!(set.count.load(Ordering::SeqCst), 0);
+        assert!(set.state.lock().ports.is_empty());
+    }
+
+    /// `close` while the worker's `ppoll` has just seen the port readable:
+    /// `deregister` takes the port out and waits for the snapshot; the
+    /// worker, which then gets the lock, must not read the port any more
+    /// (the reviewer's interleaving, forced with the set's lock).
+    #[test]
+    fn a_port_is_not_read_once_it_has_left_even_by_a_poll_in_progress() {
+        let set = set();
+        let p = port();
+        set.register(p.reader.clone());
+        set.poll(Some(Duration::ZERO)).unwrap(); // takes register's wake-up
+        let poller = std::thread::spawn(move || set.poll(None).unwrap());
+        std::thread::sleep(Duration::from_millis(50)); // in ppoll on the port
+        let held = set.state.lock();
+        let r = p.reader.clone();
+        let closer = std::thread::spawn(move || set.deregister(std::slice::from_ref(&r)));
+        std::thread::sleep(Duration::from_millis(50)); // close waits for the lock
+        p.arrive(1); // ppoll returns; the poller waits for the lock after close
+        std::thread::sleep(Duration::from_millis(50));
+        drop(held);
+        closer.join().unwrap();
+        poller.join().unwrap();
+        assert_eq!(
+            p.got(),
+            [0u32; 0],
+            "the port was read after it left the set"
+        );
+    }
 }
