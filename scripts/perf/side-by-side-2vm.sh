@@ -2,6 +2,8 @@
 # side-by-side-2vm.sh [-c CONNECTIONS] [-r ROUNDS]
 # IBCM_LIB_B=DIR side-by-side-2vm.sh ...: DIR's libib_cm.so.0 runs too, in
 # the same boots as this tree's (a paired comparison of two builds)
+# IBCM_ENV_B='K=V ...' side-by-side-2vm.sh ...: the same, B with those
+# variables set (and this tree's library, unless IBCM_LIB_B says otherwise)
 #
 # libib_cm next to the kernel CM between two hosts: two QEMU VMs, one vCPU
 # each, joined by one virtual Ethernet link (softroce/run-2vm.sh), rxe0 on each
@@ -86,13 +88,13 @@ pair() {
   bctl wait -t 120 srv > /dev/null || { rc=1; bctl run \"pkill -x \$4; sleep 1\" > /dev/null; }
   bctl run 'cat /tmp/srv.cpu' > \$SRT_JOB/\$1.srvcpu
 }
-# ours NAME LIB: one ibcm-cmtime run on the library in LIB
+# ours NAME LIB [K=V...]: one ibcm-cmtime run on the library in LIB
 ours() {
-  pair \$1 \"env LD_LIBRARY_PATH=\$2 $OUT/bin/ibcm-cmtime --server -D rxe0\" \\
-    \"env LD_LIBRARY_PATH=\$2 $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup\" ibcm-cmtime
+  pair \$1 \"env LD_LIBRARY_PATH=\$2 \${3:-} $OUT/bin/ibcm-cmtime --server -D rxe0\" \\
+    \"env LD_LIBRARY_PATH=\$2 \${3:-} $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --json --no-warmup\" ibcm-cmtime
 }
 # IBCM_LIB_B: the second library, after ours in odd rounds, before it in even.
-oursb() { [ -d $OUT/lib-b ] && ours ibcmb $OUT/lib-b; }
+oursb() { [ -d $OUT/lib-b ] && ours ibcmb $OUT/lib-b '${IBCM_ENV_B:-}'; }
 # floor NAME [--threads | --worker-reads] [-c N]: one umad-floor run
 floor() {
   pair \$1 \"$OUT/bin/umad-floor --server -d rxe0 \${2:-}\" \\

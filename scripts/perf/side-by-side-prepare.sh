@@ -33,11 +33,17 @@ softroce/setup.sh >/dev/null
 make -s c-build >/dev/null
 cp -L build/stage/lib/libib_cm.so.0 "$OUT/lib/libib_cm.so.0"
 # IBCM_LIB_B=DIR (side-by-side-2vm.sh): a second build of the library, run
-# in the same boots as this one for a paired comparison.
+# in the same boots as this one for a paired comparison; IBCM_ENV_B='K=V ...'
+# sets variables for that run only (this tree's library if IBCM_LIB_B is
+# unset: the same build two ways).
+if [ -n "${IBCM_ENV_B:-}" ] && [ -z "${IBCM_LIB_B:-}" ]; then
+  IBCM_LIB_B=build/stage/lib
+fi
 if [ -n "${IBCM_LIB_B:-}" ]; then
   mkdir -p "$OUT/lib-b"
   cp -L "$IBCM_LIB_B/libib_cm.so.0" "$OUT/lib-b/libib_cm.so.0"
-  { git -C "$IBCM_LIB_B" rev-parse --short HEAD 2>/dev/null || echo "$IBCM_LIB_B"; } > "$OUT/lib-b/commit"
+  { git -C "$IBCM_LIB_B" rev-parse --short HEAD 2>/dev/null || echo "$IBCM_LIB_B"
+    [ -z "${IBCM_ENV_B:-}" ] || echo "with $IBCM_ENV_B"; } | paste -sd' ' > "$OUT/lib-b/commit"
 fi
 cp build/c/ibcm-cmtime "$OUT/bin/ibcm-cmtime"
 cc -O2 -Wall -Wextra -Werror -o "$OUT/bin/rdmacm-cmtime-noqp" tools/rdmacm-cmtime-noqp.c -lrdmacm -lpthread
