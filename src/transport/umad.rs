@@ -333,7 +333,9 @@ fn open_handle(lib: &'static Lib, name: &CString, port_num: u8) -> CmResult<Port
 /// Opens `port_num` of `dev` (`name`) and registers the CM class on it, and
 /// on an InfiniBand port an SA client. `worker_polls`: the CM worker reads a
 /// kernel port that does not block a read ([`worker_poll`]); the SA client
-/// then gets an fd of its own (read by a thread), else it shares the CM's.
+/// then gets an fd of its own (read by a thread), else it shares the CM's,
+/// and so does it when its own cannot be had (the port then keeps a reader
+/// thread: a handler waits on the worker for an SA answer).
 fn open_port(
     lib: &'static Lib,
     dev: &str,
@@ -358,7 +360,7 @@ fn open_port(
     let agent_id =
         register(lib, handle.fd, &cm).map_err(|e| registration_error(dev, port_num, e))?;
     handle.agent_id = Some(agent_id);
-    let polled = worker_polls && !handle.simulated && handle.drains;
+    let mut polled = worker_polls && !handle.simulated && handle.drains;
     let mut sa = None;
     if infiniband {
         // A client of the SA: it sends queries and gets their answers only.
@@ -380,10 +382,13 @@ fn open_port(
             }
             failed => {
                 if let Some(Err(e)) = failed {
+                    // The worker must not read the SA's answers: a handler's
+                    // `ibcm_init_path` waits on the worker for them.
+                    polled = false;
                     ibcm_log!(
                         Warn,
                         "{dev} port {port_num}: no umad fd of its own for the SA client \
-                         ({e:?}): its answers wait for the worker while a handler blocks"
+                         ({e:?}): the port keeps a reader thread for both"
                     );
                 }
                 register(lib, handle.fd, &class).map(|id| handle.sa_agent_id = Some(id))
