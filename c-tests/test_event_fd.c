@@ -41,7 +41,7 @@ static int fd_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
   }
   if (event->event == IB_CM_RTU_RECEIVED && atomic_load(&block_rtu)) {
     atomic_store(&in_handler, 1);
-    for (long long t0 = now_ms(); !atomic_load(&destroyer_started);)
+    for (long long t0 = now_ms(); !atomic_load(&destroyer_started); sleep_ms(1))
       CHECK(now_ms() - t0 < TIMEOUT_MS);
     sleep_ms(300); /* the destroyer is blocked in ib_destroy_cm_id meanwhile */
     atomic_store(&handler_done, 1);
@@ -128,7 +128,9 @@ static struct ib_cm_id *req_id_from(unsigned since, struct ib_cm_id *listener,
 }
 
 static void *destroyer(void *arg) {
-  for (long long t0 = now_ms(); !atomic_load(&in_handler);)
+  /* Sleeps between looks: a thread that spins can keep valgrind (which runs
+   * one thread at a time) from running the one it waits for. */
+  for (long long t0 = now_ms(); !atomic_load(&in_handler); sleep_ms(1))
     CHECK(now_ms() - t0 < TIMEOUT_MS);
   atomic_store(&destroyer_started, 1);
   ib_destroy_cm_id(arg);
