@@ -24,7 +24,19 @@
  * two modes is what that architecture costs, with no CM in it. With
  * --worker-reads, one thread polls, reads and answers (the worker reading the
  * port itself) while the main thread sleeps as with --threads: the
- * difference to --threads is the reader-to-worker hop alone. What a
+ * difference to --threads is the reader-to-worker hop alone.
+ *
+ * --relay (with any of the three) puts a MAD switch's hop in front of the
+ * receiving side, as ibcmd does for issue 12: a relay process (forked at
+ * start) owns the port's CM agent, and for each MAD it reads writes one
+ * message to this process over a SOCK_SEQPACKET socket (1 MiB send buffer,
+ * as ibcmd asks); this process reads the socket where it would read the port
+ * and sends with a send-only agent of its own (ibcm's direct sends). The
+ * relay is the least any switch does per received MAD; --relay --threads is
+ * the shape of a library process behind ibcmd (a reader thread on the
+ * socket, a worker), --relay --worker-reads the best a process behind a
+ * switch could do. Against the same mode without --relay it bounds what a
+ * daemon hop costs on a given harness. What a
  * run of this costs in a VM (its rate, its process's and the whole VM's CPU)
  * is what any CM on umad pays before its own work; the rest of a CM's cost
  * is the engine's. Side by side with the kernel CM, it says how much of a
@@ -60,6 +72,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <infiniband/umad.h>
 
@@ -75,6 +92,8 @@
 #define GIVE_UP_MS	60000
 #define MAX_CONNS	1000000
 #define BURST		64
+#define RELAY_SNDBUF	(1 << 20)	/* ibcmd's CLIENT_SEND_BUFFER */
+#define RELAY_DRAIN	1024		/* a relay's reads per wake-up, at most */
 
 /* CM attribute IDs (kernel-cm-spec.md); BYE is REJ's, told apart by mode. */
 enum attr { REQ = 0x0010, REJ_BYE = 0x0012, REP = 0x0013, RTU = 0x0014,
@@ -94,6 +113,11 @@ struct phase_stats {
 
 static struct {
 	int fd, agent;
+	/* --relay: the socket to the relay (read instead of fd), its pid */
+	bool relay;
+	int rx_fd;
+	pid_t relay_pid;
+	bool stopping;		/* atomic: the relay is being stopped, not lost */
 	const char *dev;
 	unsigned int conns;
 	bool json;
@@ -116,7 +140,7 @@ static struct {
 	pthread_cond_t queued, finished;
 	struct item *queue;
 	size_t head, tail, cap;
-} fl = { .fd = -1, .conns = 1000, .lock = PTHREAD_MUTEX_INITIALIZER,
+} fl = { .fd = -1, .rx_fd = -1, .conns = 1000, .lock = PTHREAD_MUTEX_INITIALIZER,
 	 .queued = PTHREAD_COND_INITIALIZER };
 
 /* A received CM MAD, as far as this tool cares. */
@@ -140,7 +164,12 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int open_port(void)
+/*
+ * Opens the port with the CM agent (`cm_agent`: receives the port's CM
+ * MADs; only one per port may) or a send-only agent (no class: the kernel
+ * hands it nothing, its sends go out as any other's).
+ */
+static int open_agent(bool cm_agent)
 {
 	long mask[16 / sizeof(long)] = { 0 };
 
@@ -155,12 +184,140 @@ static int open_port(void)
 		return -1;
 	}
 	mask[METHOD_SEND / (8 * sizeof(long))] |= 1L << (METHOD_SEND % (8 * sizeof(long)));
-	fl.agent = umad_register(fl.fd, CM_CLASS, CM_VERSION, 0, mask);
+	fl.agent = cm_agent ? umad_register(fl.fd, CM_CLASS, CM_VERSION, 0, mask) :
+			      umad_register(fl.fd, 0, 0, 0, NULL);
 	if (fl.agent < 0) {
-		fprintf(stderr, PROG ": umad_register(CM class): %s (is ib_cm loaded?)\n",
-			strerror(-fl.agent));
+		fprintf(stderr, PROG ": umad_register(%s): %s%s\n",
+			cm_agent ? "CM class" : "send-only", strerror(-fl.agent),
+			cm_agent ? " (is ib_cm loaded?)" : "");
 		return -1;
 	}
+	return 0;
+}
+
+/*
+ * --relay, in the forked relay process: owns the CM agent and writes each
+ * MAD it reads to `sock` as one message (the header and the MAD, as ibcmd
+ * hands a MAD on), blocking when the socket is full (a floor drops nothing;
+ * ibcmd would count the loss). Says 0 (or -1) on `sock` once the agent is
+ * registered. Ends when the other end closes, or with its parent.
+ */
+static int relay_main(int sock, pid_t parent)
+{
+	struct pollfd p[2] = { { .events = POLLIN }, { .fd = sock, .events = POLLIN } };
+	int status;
+
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		return 1;
+	status = open_agent(true);
+	if (send(sock, &status, sizeof(status), MSG_NOSIGNAL) != sizeof(status) || status)
+		return 1;
+	p[0].fd = fl.fd;
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, PROG ": relay: poll: %s\n", strerror(errno));
+			return 1;
+		}
+		if (p[1].revents)	/* the other end closed (or wrote: it never does) */
+			return 0;
+		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+			fprintf(stderr, PROG ": relay: the port went away\n");
+			return 1;
+		}
+		for (int n = 0; n < RELAY_DRAIN; n++) {
+			struct msg m;
+			int len = MAD_SIZE, ret = umad_recv(fl.fd, &m, &len, 0);
+
+			if (ret == -EAGAIN || ret == -EWOULDBLOCK)
+				break;
+			if (ret < 0) {
+				fprintf(stderr, PROG ": relay: umad_recv: %s\n", strerror(-ret));
+				return 1;
+			}
+			if (len < 0 || len > MAD_SIZE)
+				len = MAD_SIZE;
+			if (send(sock, &m, sizeof(m.hdr) + (size_t)len, MSG_NOSIGNAL) < 0)
+				return errno == EPIPE ? 0 : 1;
+		}
+	}
+}
+
+/* --relay: forks the relay, then opens a send-only agent for this process. */
+static int start_relay(void)
+{
+	int sv[2], size = RELAY_SNDBUF, status = -1;
+	pid_t parent = getpid();
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+		fprintf(stderr, PROG ": socketpair: %s\n", strerror(errno));
+		return -1;
+	}
+	/* The relay's end sends: its buffer holds what this process has not read. */
+	if (setsockopt(sv[1], SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof(size)))
+		setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+	fflush(NULL);
+	fl.relay_pid = fork();
+	if (fl.relay_pid < 0) {
+		fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (fl.relay_pid == 0) {
+		close(sv[0]);
+		_exit(relay_main(sv[1], parent));
+	}
+	close(sv[1]);
+	fl.rx_fd = sv[0];
+	if (recv(fl.rx_fd, &status, sizeof(status), 0) != sizeof(status) || status) {
+		fprintf(stderr, PROG ": the relay did not start\n");
+		return -1;
+	}
+	return open_agent(false);
+}
+
+static int open_port(void)
+{
+	if (fl.relay)
+		return start_relay();
+	if (open_agent(true))
+		return -1;
+	fl.rx_fd = fl.fd;
+	return 0;
+}
+
+/*
+ * --relay: closes the socket, so that the relay ends, and reaps it (its CPU
+ * then counts in this process's children, as /usr/bin/time reports it).
+ */
+static void stop_relay(void)
+{
+	int status;
+
+	if (!fl.relay || fl.relay_pid <= 0)
+		return;
+	__atomic_store_n(&fl.stopping, true, __ATOMIC_RELAXED);
+	shutdown(fl.rx_fd, SHUT_RDWR);
+	while (waitpid(fl.relay_pid, &status, 0) < 0 && errno == EINTR)
+		;
+	fl.relay_pid = 0;
+}
+
+/* One received message: from the port, or (--relay) from the relay's socket. */
+static int recv_one(struct msg *m, int *len)
+{
+	ssize_t n;
+
+	if (!fl.relay)
+		return umad_recv(fl.fd, m, len, 0);
+	n = recv(fl.rx_fd, m, sizeof(*m), MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -EPIPE;	/* the relay is gone */
+	if ((size_t)n < sizeof(m->hdr))
+		return -EPROTO;
+	*len = (int)((size_t)n - sizeof(m->hdr));
 	return 0;
 }
 
@@ -208,7 +365,7 @@ static int send_mad(const struct ib_mad_addr *to, uint16_t attr, uint32_t index,
  */
 static int drain(int ms, got_fn *got, int max)
 {
-	struct pollfd p = { .fd = fl.fd, .events = POLLIN };
+	struct pollfd p = { .fd = fl.rx_fd, .events = POLLIN };
 	struct msg m;
 	int n = 0, fresh = 0;
 
@@ -219,20 +376,27 @@ static int drain(int ms, got_fn *got, int max)
 		fprintf(stderr, PROG ": poll: %s\n", strerror(errno));
 		return -1;
 	}
-	if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) {
-		fprintf(stderr, PROG ": the port went away (poll revents %#x)\n", p.revents);
+	/* A relay that ended leaves its last messages readable: read them first. */
+	if (p.revents & (POLLERR | POLLNVAL) ||
+	    (p.revents & POLLHUP && (!fl.relay || !(p.revents & POLLIN)))) {
+		if (!__atomic_load_n(&fl.stopping, __ATOMIC_RELAXED))
+			fprintf(stderr, PROG ": the %s went away (poll revents %#x)\n",
+				fl.relay ? "relay" : "port", p.revents);
 		return -1;
 	}
 	while (n < max) {
 		int len = MAD_SIZE;
-		int ret = umad_recv(fl.fd, &m, &len, 0);
+		int ret = recv_one(&m, &len);
 
 		if (ret < 0) {
 			if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
 				COUNT(empty_reads);
 				break;
 			}
-			fprintf(stderr, PROG ": umad_recv: %s\n", strerror(-ret));
+			if (!__atomic_load_n(&fl.stopping, __ATOMIC_RELAXED))
+				fprintf(stderr, PROG ": %s: %s\n",
+					fl.relay ? "recv from the relay" : "umad_recv",
+					strerror(-ret));
 			return -1;
 		}
 		COUNT(received);
@@ -428,9 +592,10 @@ static int serve(void)
 			failed = true;
 		bye = fl.bye;
 	}
-	printf(PROG ": server: %s; %llu MADs received (REQ %llu, RTU %llu, DREQ %llu), "
+	stop_relay();
+	printf(PROG ": server: %s%s; %llu MADs received (REQ %llu, RTU %llu, DREQ %llu), "
 	       "%llu sent, %llu in flight, %llu ignored, %llu polls, %llu empty reads\n",
-	       failed ? "failed" : "bye", LOAD(received), LOAD(by_attr[0]),
+	       failed ? "failed" : "bye", fl.relay ? " (relay)" : "", LOAD(received), LOAD(by_attr[0]),
 	       LOAD(by_attr[RTU - REQ]), LOAD(by_attr[DREQ - REQ]), LOAD(sent),
 	       LOAD(in_flight), LOAD(ignored), LOAD(polls), LOAD(empty_reads));
 	return failed ? -1 : 0;
@@ -621,15 +786,16 @@ static int client(const uint8_t dgid[16])
 		return -1;
 	for (uint32_t i = 0; i < 3; i++)	/* a lost bye leaves the server up: three */
 		send_mad(&fl.peer, REJ_BYE, i, false);
+	stop_relay();
 	pthread_mutex_lock(&fl.lock);	/* the worker may still count a late answer */
 	if (fl.json) {
 		printf("{\n  \"mode\": \"client\",\n  \"tool\": \"" PROG "\",\n"
-		       "  \"threads\": \"%s\",\n"
+		       "  \"threads\": \"%s\",\n  \"relay\": %s,\n"
 		       "  \"status\": \"ok\",\n  \"connections\": %u,\n"
 		       "  \"mads_sent\": %llu,\n  \"mads_received\": %llu,\n"
 		       "  \"ignored\": %llu,\n  \"polls\": %llu,\n  \"empty_reads\": %llu,\n"
 		       "  \"resent\": %llu,\n  \"in_flight\": %llu,\n  \"phases\": [\n",
-		       thread_names[fl.threads], fl.conns, LOAD(sent), LOAD(received),
+		       thread_names[fl.threads], fl.relay ? "true" : "false", fl.conns, LOAD(sent), LOAD(received),
 		       LOAD(ignored), LOAD(polls), LOAD(empty_reads),
 		       (unsigned long long)(ph[0].resent + ph[1].resent), LOAD(in_flight));
 		for (int i = 0; i < 2; i++)
@@ -668,9 +834,9 @@ static int init_finished(void)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: " PROG " --server [-d dev] [--threads | --worker-reads]\n"
+		"usage: " PROG " --server [-d dev] [--threads | --worker-reads] [--relay]\n"
 		"       " PROG " --client GID [-d dev] [-c connections] [--threads | --worker-reads]\n"
-		"                  [--json]\n"
+		"                  [--relay] [--json]\n"
 		"The five MADs of each connection over umad, nothing else (see the source).\n");
 }
 
@@ -684,6 +850,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "threads", no_argument, NULL, 'T' },
 		{ "worker-reads", no_argument, NULL, 'W' },
+		{ "relay", no_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -702,6 +869,7 @@ int main(int argc, char **argv)
 		case 'j': fl.json = true; break;
 		case 'T': fl.threads = READER_WORKER; break;
 		case 'W': fl.threads = WORKER_READS; break;
+		case 'R': fl.relay = true; break;
 		case 'c': {
 			unsigned long v;
 

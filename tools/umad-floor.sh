@@ -5,7 +5,7 @@
 # devices: a server on $IBCM_DEV_B (default rxe1), a client on $IBCM_DEV_A
 # (default rxe0) sending to the server port's IPv4-mapped RoCE v2 GID. Fails
 # unless the client got every answer of both phases and the server saw its
-# farewell; 77 if the devices do not exist. OPTIONs (--threads, --worker-reads) go to both
+# farewell; 77 if the devices do not exist. OPTIONs (--threads, --worker-reads, --relay) go to both
 # the server and the client. UMAD_FLOOR_LATE_SERVER=1 starts the server 2 s
 # after the client: every REQ is then lost and must be written again, which
 # the test checks (the client's resend path).
@@ -60,7 +60,7 @@ echo "umad-floor: client rc=$crc, server rc=$src ($A -> $B at $gid)"
 [ $crc = 0 ] && [ $src = 0 ] || exit 1
 # The server saw every connection's REQ, RTU and DREQ (more if the client
 # wrote some again) and a farewell; the client's counters add up.
-counts=$(sed -n 's/.*bye; [0-9]* MADs received (REQ \([0-9]*\), RTU \([0-9]*\), DREQ \([0-9]*\)).*/\1 \2 \3/p' "$LOG")
+counts=$(sed -n 's/.*bye\( (relay)\)\{0,1\}; [0-9]* MADs received (REQ \([0-9]*\), RTU \([0-9]*\), DREQ \([0-9]*\)).*/\2 \3 \4/p' "$LOG")
 read -r reqs rtus dreqs <<< "${counts:-0 0 0}"
 field() { echo "$out" | sed -n "s/.*\"$1\": \([0-9]*\),.*/\1/p" | head -1; }
 sent=$(field mads_sent) received=$(field mads_received) resent=$(field resent)
@@ -75,4 +75,14 @@ if [ "$late" = 1 ]; then
   # Nobody answered the first REQs: each was written again at least once.
   [ "${resent:-0}" -ge "$N" ] ||
     { echo "umad-floor: a late server, yet only ${resent:-?} of $N requests written again" >&2; exit 1; }
+fi
+relay=0
+for a in "$@"; do [ "$a" = --relay ] && relay=1; done
+if [ "$relay" = 1 ]; then
+  # Both sides received through their relay, and no relay outlived its tool.
+  echo "$out" | grep -q '"relay": true' && grep -q 'server: bye (relay);' "$LOG" ||
+    { echo "umad-floor: --relay, yet a side did not say it used its relay" >&2; exit 1; }
+  left=$(pgrep -x -- "$(basename "$TOOL" | cut -c1-15)" | tr '\n' ' ')
+  [ -z "$left" ] || { echo "umad-floor: processes left behind: $left" >&2; exit 1; }
+  echo "umad-floor: both relays used and reaped"
 fi
