@@ -30,13 +30,16 @@
  * receiving side, as ibcmd does for issue 12: a relay process (forked at
  * start) owns the port's CM agent, and for each MAD it reads writes one
  * message to this process over a SOCK_SEQPACKET socket (1 MiB send buffer,
- * as ibcmd asks); this process reads the socket where it would read the port
- * and sends with a send-only agent of its own (ibcm's direct sends). The
- * relay is the least any switch does per received MAD; --relay --threads is
- * the shape of a library process behind ibcmd (a reader thread on the
- * socket, a worker), --relay --worker-reads the best a process behind a
- * switch could do. Against the same mode without --relay it bounds what a
- * daemon hop costs on a given harness. What a
+ * as ibcmd asks); this process reads the socket where it would read the port,
+ * with recvmmsg as the library's switch reader does (one call per burst, up
+ * to 64 messages: in the thread modes MSG_WAITFORONE with no poll, else a
+ * poll first), and sends everything itself with a send-only agent, REPs too
+ * (ibcm behind ibcmd sends its REPs through the daemon). The relay routes
+ * nothing and keeps no state: it is the least any switch does per received
+ * MAD. --relay --threads is the shape of a library process behind ibcmd (a
+ * reader thread on the socket, a worker), --relay --worker-reads the best a
+ * process behind a switch could do. Against the same mode without --relay
+ * it bounds what a daemon hop costs on a given harness. What a
  * run of this costs in a VM (its rate, its process's and the whole VM's CPU)
  * is what any CM on umad pays before its own work; the rest of a CM's cost
  * is the engine's. Side by side with the kernel CM, it says how much of a
@@ -74,6 +77,7 @@
 #include <time.h>
 #include <signal.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -94,6 +98,7 @@
 #define BURST		64
 #define RELAY_SNDBUF	(1 << 20)	/* ibcmd's CLIENT_SEND_BUFFER */
 #define RELAY_DRAIN	1024		/* a relay's reads per wake-up, at most */
+#define RELAY_BATCH	64		/* messages per recvmmsg, as the library's */
 
 /* CM attribute IDs (kernel-cm-spec.md); BYE is REJ's, told apart by mode. */
 enum attr { REQ = 0x0010, REJ_BYE = 0x0012, REP = 0x0013, RTU = 0x0014,
@@ -117,7 +122,9 @@ static struct {
 	bool relay;
 	int rx_fd;
 	pid_t relay_pid;
+	int relay_status;	/* its wait status once reaped; -1 (not an exit) before */
 	bool stopping;		/* atomic: the relay is being stopped, not lost */
+	struct relay_counts *rc;	/* shared with the relay, which alone writes */
 	const char *dev;
 	unsigned int conns;
 	bool json;
@@ -140,8 +147,15 @@ static struct {
 	pthread_cond_t queued, finished;
 	struct item *queue;
 	size_t head, tail, cap;
-} fl = { .fd = -1, .rx_fd = -1, .conns = 1000, .lock = PTHREAD_MUTEX_INITIALIZER,
+} fl = { .fd = -1, .rx_fd = -1, .relay_status = -1, .conns = 1000, .lock = PTHREAD_MUTEX_INITIALIZER,
 	 .queued = PTHREAD_COND_INITIALIZER };
+
+/* What the relay did, in memory it shares with the tool (read once reaped). */
+struct relay_counts {
+	uint64_t forwarded;	/* MADs written to the socket */
+	uint64_t would_block;	/* of them, found the socket full first (ibcmd drops those) */
+	uint64_t polls;
+};
 
 /* A received CM MAD, as far as this tool cares. */
 struct item {
@@ -163,6 +177,11 @@ static uint64_t now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+static void put_be16(uint8_t *p, uint16_t v) { v = htobe16(v); memcpy(p, &v, 2); }
+static void put_be32(uint8_t *p, uint32_t v) { v = htobe32(v); memcpy(p, &v, 4); }
+static uint16_t get_be16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return be16toh(v); }
+static uint32_t get_be32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return be32toh(v); }
 
 /*
  * Opens the port with the CM agent (`cm_agent`: receives the port's CM
@@ -195,6 +214,21 @@ static int open_agent(bool cm_agent)
 	return 0;
 }
 
+/* Writes one message; a full socket is counted, then waited for. */
+static int relay_send(int sock, const void *buf, size_t len)
+{
+	if (send(sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+		goto sent;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		return -1;
+	fl.rc->would_block++;
+	if (send(sock, buf, len, MSG_NOSIGNAL) < 0)
+		return -1;
+sent:
+	fl.rc->forwarded++;
+	return 0;
+}
+
 /*
  * --relay, in the forked relay process: owns the CM agent and writes each
  * MAD it reads to `sock` as one message (the header and the MAD, as ibcmd
@@ -214,6 +248,7 @@ static int relay_main(int sock, pid_t parent)
 		return 1;
 	p[0].fd = fl.fd;
 	for (;;) {
+		fl.rc->polls++;
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -238,7 +273,7 @@ static int relay_main(int sock, pid_t parent)
 			}
 			if (len < 0 || len > MAD_SIZE)
 				len = MAD_SIZE;
-			if (send(sock, &m, sizeof(m.hdr) + (size_t)len, MSG_NOSIGNAL) < 0)
+			if (relay_send(sock, &m, sizeof(m.hdr) + (size_t)len))
 				return errno == EPIPE ? 0 : 1;
 		}
 	}
@@ -250,6 +285,12 @@ static int start_relay(void)
 	int sv[2], size = RELAY_SNDBUF, status = -1;
 	pid_t parent = getpid();
 
+	fl.rc = mmap(NULL, sizeof(*fl.rc), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		     -1, 0);
+	if (fl.rc == MAP_FAILED) {
+		fprintf(stderr, PROG ": mmap: %s\n", strerror(errno));
+		return -1;
+	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
 		fprintf(stderr, PROG ": socketpair: %s\n", strerror(errno));
 		return -1;
@@ -287,44 +328,108 @@ static int open_port(void)
 }
 
 /*
- * --relay: closes the socket, so that the relay ends, and reaps it (its CPU
- * then counts in this process's children, as /usr/bin/time reports it).
+ * --relay: shuts the socket down (the fd stays valid for a thread still
+ * waiting on it), so that the relay ends, and reaps it: its CPU then counts
+ * in this process's children, as /usr/bin/time reports it, and its counters
+ * and exit status can be reported. Also when the relay ended by itself.
  */
 static void stop_relay(void)
 {
-	int status;
-
 	if (!fl.relay || fl.relay_pid <= 0)
 		return;
 	__atomic_store_n(&fl.stopping, true, __ATOMIC_RELAXED);
 	shutdown(fl.rx_fd, SHUT_RDWR);
-	while (waitpid(fl.relay_pid, &status, 0) < 0 && errno == EINTR)
+	while (waitpid(fl.relay_pid, &fl.relay_status, 0) < 0 && errno == EINTR)
 		;
 	fl.relay_pid = 0;
 }
 
-/* One received message: from the port, or (--relay) from the relay's socket. */
-static int recv_one(struct msg *m, int *len)
+/* The relay's exit code once reaped (-1: killed by a signal). */
+static int relay_exit(void)
 {
-	ssize_t n;
-
-	if (!fl.relay)
-		return umad_recv(fl.fd, m, len, 0);
-	n = recv(fl.rx_fd, m, sizeof(*m), MSG_DONTWAIT);
-	if (n < 0)
-		return -errno;
-	if (n == 0)
-		return -EPIPE;	/* the relay is gone */
-	if ((size_t)n < sizeof(m->hdr))
-		return -EPROTO;
-	*len = (int)((size_t)n - sizeof(m->hdr));
-	return 0;
+	return WIFEXITED(fl.relay_status) ? WEXITSTATUS(fl.relay_status) : -1;
 }
 
-static void put_be16(uint8_t *p, uint16_t v) { v = htobe16(v); memcpy(p, &v, 2); }
-static void put_be32(uint8_t *p, uint32_t v) { v = htobe32(v); memcpy(p, &v, 4); }
-static uint16_t get_be16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return be16toh(v); }
-static uint32_t get_be32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return be32toh(v); }
+/* The relay closed its socket before the tool stopped it. */
+static int relay_lost(void)
+{
+	if (!__atomic_load_n(&fl.stopping, __ATOMIC_RELAXED))
+		fprintf(stderr, PROG ": the relay closed its socket\n");
+	return -1;
+}
+
+/*
+ * drain() for --relay: the socket, as the library's switch reader reads
+ * the daemon's (recvmmsg, up to RELAY_BATCH a call; a short batch means it
+ * is empty). With `ms` < 0 (the thread modes) no poll: the first call
+ * blocks for one message (MSG_WAITFORONE), else a poll of `ms` first.
+ */
+static int drain_relay(int ms, got_fn *got, int max)
+{
+	struct msg m[RELAY_BATCH];
+	struct iovec iov[RELAY_BATCH];
+	struct mmsghdr h[RELAY_BATCH];
+	int flags = MSG_WAITFORONE, n = 0, fresh = 0;
+
+	if (ms >= 0) {
+		struct pollfd p = { .fd = fl.rx_fd, .events = POLLIN };
+		int ready;
+
+		COUNT(polls);
+		ready = poll(&p, 1, ms);
+		if (ready < 0 && errno != EINTR) {
+			fprintf(stderr, PROG ": poll: %s\n", strerror(errno));
+			return -1;
+		}
+		if (ready <= 0)
+			return 0;
+		flags = MSG_DONTWAIT;
+	}
+	while (n < max) {
+		int want = max - n < RELAY_BATCH ? max - n : RELAY_BATCH, got_n;
+
+		for (int i = 0; i < want; i++) {
+			iov[i] = (struct iovec){ .iov_base = &m[i], .iov_len = sizeof(m[i]) };
+			h[i] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[i], .msg_iovlen = 1 } };
+		}
+		got_n = recvmmsg(fl.rx_fd, h, (unsigned int)want, flags, NULL);
+		flags = MSG_DONTWAIT;
+		if (got_n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				COUNT(empty_reads);
+				break;
+			}
+			if (errno == EINTR)
+				continue;
+			if (__atomic_load_n(&fl.stopping, __ATOMIC_RELAXED))
+				return -1;
+			fprintf(stderr, PROG ": recvmmsg from the relay: %s\n", strerror(errno));
+			return -1;
+		}
+		if (got_n == 0)
+			return relay_lost();
+		for (int i = 0; i < got_n; i++) {
+			int ret;
+
+			if (h[i].msg_len == 0)	/* end of file: the relay is gone */
+				return relay_lost();
+			COUNT(received);
+			if (h[i].msg_len < sizeof(m[i].hdr) + 28 || m[i].hdr.status ||
+			    m[i].mad[1] != CM_CLASS) {
+				COUNT(ignored);
+				continue;
+			}
+			n++;
+			ret = got(&m[i].hdr.addr, get_be16(&m[i].mad[16]), get_be32(&m[i].mad[24]));
+			if (ret < 0)
+				return -1;
+			fresh += ret;
+		}
+		if (got_n < want)	/* the socket is empty: no empty read needed */
+			break;
+	}
+	return fresh;
+}
 
 /*
  * One write: a CM MAD `attr` for connection `index` to `to`. Returns 0, or
@@ -365,10 +470,12 @@ static int send_mad(const struct ib_mad_addr *to, uint16_t attr, uint32_t index,
  */
 static int drain(int ms, got_fn *got, int max)
 {
-	struct pollfd p = { .fd = fl.rx_fd, .events = POLLIN };
+	struct pollfd p = { .fd = fl.fd, .events = POLLIN };
 	struct msg m;
 	int n = 0, fresh = 0;
 
+	if (fl.relay)
+		return drain_relay(ms, got, max);
 	COUNT(polls);
 	if (poll(&p, 1, ms) < 0) {
 		if (errno == EINTR)
@@ -376,27 +483,20 @@ static int drain(int ms, got_fn *got, int max)
 		fprintf(stderr, PROG ": poll: %s\n", strerror(errno));
 		return -1;
 	}
-	/* A relay that ended leaves its last messages readable: read them first. */
-	if (p.revents & (POLLERR | POLLNVAL) ||
-	    (p.revents & POLLHUP && (!fl.relay || !(p.revents & POLLIN)))) {
-		if (!__atomic_load_n(&fl.stopping, __ATOMIC_RELAXED))
-			fprintf(stderr, PROG ": the %s went away (poll revents %#x)\n",
-				fl.relay ? "relay" : "port", p.revents);
+	if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) {
+		fprintf(stderr, PROG ": the port went away (poll revents %#x)\n", p.revents);
 		return -1;
 	}
 	while (n < max) {
 		int len = MAD_SIZE;
-		int ret = recv_one(&m, &len);
+		int ret = umad_recv(fl.fd, &m, &len, 0);
 
 		if (ret < 0) {
 			if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
 				COUNT(empty_reads);
 				break;
 			}
-			if (!__atomic_load_n(&fl.stopping, __ATOMIC_RELAXED))
-				fprintf(stderr, PROG ": %s: %s\n",
-					fl.relay ? "recv from the relay" : "umad_recv",
-					strerror(-ret));
+			fprintf(stderr, PROG ": umad_recv: %s\n", strerror(-ret));
 			return -1;
 		}
 		COUNT(received);
@@ -593,12 +693,17 @@ static int serve(void)
 		bye = fl.bye;
 	}
 	stop_relay();
-	printf(PROG ": server: %s%s; %llu MADs received (REQ %llu, RTU %llu, DREQ %llu), "
+	if (fl.relay)
+		printf(PROG ": server: relay forwarded %llu MADs (%llu found the socket full), "
+		       "%llu polls, exit %d\n", (unsigned long long)fl.rc->forwarded,
+		       (unsigned long long)fl.rc->would_block, (unsigned long long)fl.rc->polls,
+		       relay_exit());
+	printf(PROG ": server: %s; %llu MADs received (REQ %llu, RTU %llu, DREQ %llu), "
 	       "%llu sent, %llu in flight, %llu ignored, %llu polls, %llu empty reads\n",
-	       failed ? "failed" : "bye", fl.relay ? " (relay)" : "", LOAD(received), LOAD(by_attr[0]),
+	       failed ? "failed" : "bye", LOAD(received), LOAD(by_attr[0]),
 	       LOAD(by_attr[RTU - REQ]), LOAD(by_attr[DREQ - REQ]), LOAD(sent),
 	       LOAD(in_flight), LOAD(ignored), LOAD(polls), LOAD(empty_reads));
-	return failed ? -1 : 0;
+	return failed || (fl.relay && relay_exit()) ? -1 : 0;
 }
 
 /* ---- client ---- */
@@ -790,12 +895,18 @@ static int client(const uint8_t dgid[16])
 	pthread_mutex_lock(&fl.lock);	/* the worker may still count a late answer */
 	if (fl.json) {
 		printf("{\n  \"mode\": \"client\",\n  \"tool\": \"" PROG "\",\n"
-		       "  \"threads\": \"%s\",\n  \"relay\": %s,\n"
-		       "  \"status\": \"ok\",\n  \"connections\": %u,\n"
+		       "  \"threads\": \"%s\",\n", thread_names[fl.threads]);
+		if (fl.relay)
+			printf("  \"relay\": { \"forwarded\": %llu, \"would_block\": %llu, "
+			       "\"polls\": %llu, \"exit\": %d },\n",
+			       (unsigned long long)fl.rc->forwarded,
+			       (unsigned long long)fl.rc->would_block,
+			       (unsigned long long)fl.rc->polls, relay_exit());
+		printf("  \"status\": \"ok\",\n  \"connections\": %u,\n"
 		       "  \"mads_sent\": %llu,\n  \"mads_received\": %llu,\n"
 		       "  \"ignored\": %llu,\n  \"polls\": %llu,\n  \"empty_reads\": %llu,\n"
 		       "  \"resent\": %llu,\n  \"in_flight\": %llu,\n  \"phases\": [\n",
-		       thread_names[fl.threads], fl.relay ? "true" : "false", fl.conns, LOAD(sent), LOAD(received),
+		       fl.conns, LOAD(sent), LOAD(received),
 		       LOAD(ignored), LOAD(polls), LOAD(empty_reads),
 		       (unsigned long long)(ph[0].resent + ph[1].resent), LOAD(in_flight));
 		for (int i = 0; i < 2; i++)
@@ -811,10 +922,15 @@ static int client(const uint8_t dgid[16])
 		       fl.conns / (ph[1].total_ms / 1000), LOAD(sent), LOAD(received),
 		       (unsigned long long)(ph[0].resent + ph[1].resent), LOAD(polls),
 		       LOAD(empty_reads));
+		if (fl.relay)
+			printf("relay: forwarded %llu MADs (%llu found the socket full), "
+			       "%llu polls, exit %d\n", (unsigned long long)fl.rc->forwarded,
+			       (unsigned long long)fl.rc->would_block,
+			       (unsigned long long)fl.rc->polls, relay_exit());
 	}
 	fflush(stdout);
 	pthread_mutex_unlock(&fl.lock);
-	return 0;
+	return fl.relay && relay_exit() ? -1 : 0;
 }
 
 /* `finished` waits on CLOCK_MONOTONIC: a clock step must not cut a wait short. */

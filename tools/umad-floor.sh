@@ -60,7 +60,7 @@ echo "umad-floor: client rc=$crc, server rc=$src ($A -> $B at $gid)"
 [ $crc = 0 ] && [ $src = 0 ] || exit 1
 # The server saw every connection's REQ, RTU and DREQ (more if the client
 # wrote some again) and a farewell; the client's counters add up.
-counts=$(sed -n 's/.*bye\( (relay)\)\{0,1\}; [0-9]* MADs received (REQ \([0-9]*\), RTU \([0-9]*\), DREQ \([0-9]*\)).*/\2 \3 \4/p' "$LOG")
+counts=$(sed -n 's/.*bye; [0-9]* MADs received (REQ \([0-9]*\), RTU \([0-9]*\), DREQ \([0-9]*\)).*/\1 \2 \3/p' "$LOG")
 read -r reqs rtus dreqs <<< "${counts:-0 0 0}"
 field() { echo "$out" | sed -n "s/.*\"$1\": \([0-9]*\),.*/\1/p" | head -1; }
 sent=$(field mads_sent) received=$(field mads_received) resent=$(field resent)
@@ -79,10 +79,14 @@ fi
 relay=0
 for a in "$@"; do [ "$a" = --relay ] && relay=1; done
 if [ "$relay" = 1 ]; then
-  # Both sides received through their relay, and no relay outlived its tool.
-  echo "$out" | grep -q '"relay": true' && grep -q 'server: bye (relay);' "$LOG" ||
-    { echo "umad-floor: --relay, yet a side did not say it used its relay" >&2; exit 1; }
-  left=$(pgrep -x -- "$(basename "$TOOL" | cut -c1-15)" | tr '\n' ' ')
-  [ -z "$left" ] || { echo "umad-floor: processes left behind: $left" >&2; exit 1; }
-  echo "umad-floor: both relays used and reaped"
+  # Each side's relay was reaped with exit 0 (the tool waits for it) and
+  # forwarded at least what its side received: a send-only agent receives
+  # nothing, so every MAD counted above came through the relay.
+  cfwd=$(echo "$out" | sed -n 's/.*"relay": { "forwarded": \([0-9]*\), .*"exit": \([-0-9]*\) }.*/\1 \2/p')
+  sfwd=$(sed -n 's/.*server: relay forwarded \([0-9]*\) MADs.*exit \([-0-9]*\)$/\1 \2/p' "$LOG")
+  read -r cf cexit <<< "${cfwd:-0 x}"
+  read -r sf sexit <<< "${sfwd:-0 x}"
+  [ "$cexit" = 0 ] && [ "$sexit" = 0 ] && [ "$cf" -ge "$received" ] && [ "$sf" -ge $((3 * N + 1)) ] ||
+    { echo "umad-floor: relays: client forwarded ${cf} (exit ${cexit}) for ${received} received, server forwarded ${sf} (exit ${sexit})" >&2; exit 1; }
+  echo "umad-floor: relays reaped with exit 0, forwarded $cf (client) and $sf (server)"
 fi

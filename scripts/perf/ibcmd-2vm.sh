@@ -10,9 +10,20 @@
 #           and send what they may straight to umad (a send-only agent)
 #   ibcmd-socket  the same with IBCM_SWITCH_DIRECT_SEND=0: every MAD sent
 #           crosses the daemon's socket too
+# and, in the same rounds, the umad floor (tools/umad-floor.c, no CM) both
+# ways, the floor of each ratio:
+#   floor-direct  --worker-reads: one thread reads the port and answers (the
+#           library's shape on umad)
+#   floor-relay   --relay --worker-reads: a relay process owns the CM agent
+#           and hands each MAD on over a socket, as ibcmd does; the reading
+#           thread answers, sending with a send-only agent: the least any
+#           MAD switch costs
+#   floor-relay-threads  --relay --threads: the same with a reader thread
+#           handing each burst to a worker (the library's shape behind ibcmd)
+# The order of the six is reversed every other round.
 # Prints each run's connect and disconnect rates and the median ratio;
 # raw outputs go to build/perf/ibcmd-2vm/.
-USAGE=2,14 OUT_NAME=ibcmd-2vm
+USAGE=2,25 OUT_NAME=ibcmd-2vm
 . "$(dirname "$0")/side-by-side-prepare.sh" "$@"
 cp build/stage/sbin/ibcmd "$OUT/bin/ibcmd"
 
@@ -49,7 +60,29 @@ run() { # run MODE ROUND
   fi
   echo \"=== \$1 round \$2\"; grep -E '^(connect|disconnect) |tx_sent|rror|^vm: ' \$SRT_JOB/\$1-\$2.txt
 }
-for r in \$(seq 1 $ROUNDS); do run direct \$r; run ibcmd \$r; run ibcmd-socket \$r; done
+floor() { # floor MODE ROUND OPTIONS...: one umad-floor run, server in B
+  m=\$1 r=\$2; shift 2
+  bctl start srv \"$OUT/bin/umad-floor --server -d rxe0 \$*\"
+  bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
+  a0=\$(head -1 /proc/stat); b0=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p'); t0=\$(date +%s.%N)
+  $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N \$* > \$SRT_JOB/\$m-\$r.txt 2>&1 || rc=1
+  t1=\$(date +%s.%N); a1=\$(head -1 /proc/stat); b1=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p')
+  echo \"vm: \$t0 \$t1 | \$a0 | \$a1 | \$b0 | \$b1\" >> \$SRT_JOB/\$m-\$r.txt
+  bctl wait -t 120 srv > /dev/null || rc=1
+  echo \"=== \$m round \$r\"; grep -E 'connections: connect|rror|^vm: ' \$SRT_JOB/\$m-\$r.txt
+}
+floor warmup 0 --worker-reads
+for r in \$(seq 1 $ROUNDS); do
+  if [ \$((r % 2)) = 1 ]; then
+    run direct \$r; run ibcmd \$r; run ibcmd-socket \$r
+    floor floor-direct \$r --worker-reads; floor floor-relay \$r --relay --worker-reads
+    floor floor-relay-threads \$r --relay --threads
+  else
+    floor floor-relay-threads \$r --relay --threads; floor floor-relay \$r --relay --worker-reads
+    floor floor-direct \$r --worker-reads
+    run ibcmd-socket \$r; run ibcmd \$r; run direct \$r
+  fi
+done
 bctl quit > /dev/null
 exit \$rc"
 B_CMD="exec python3 $ROOT/interop/agent.py"
@@ -65,6 +98,11 @@ for line in open(sys.argv[1]):
     m = re.match(r"(connect|disconnect)\s+\S+\s+(\d+)", line)
     if m and mode:
         rates.setdefault((mode, m.group(1)), []).append(int(m.group(2)))
+    # umad-floor: "N connections: connect T ms = R/s, disconnect T ms = R/s; ..."
+    m = re.search(r"connections: connect \S+ ms = (\d+)/s, disconnect \S+ ms = (\d+)/s", line)
+    if m and mode and mode != "warmup":
+        rates.setdefault((mode, "connect"), []).append(int(m.group(1)))
+        rates.setdefault((mode, "disconnect"), []).append(int(m.group(2)))
 busy = {}
 mode = None
 for line in open(sys.argv[1]):
@@ -81,14 +119,22 @@ for line in open(sys.argv[1]):
         b = (ticks(f[4]) - ticks(f[3])) / 100
         busy.setdefault(mode, []).append((a / (t1 - t0), b / (t1 - t0)))
 for mode, v in busy.items():
+    if mode == "warmup":
+        continue
     print(f"{mode}: each VM's CPU busy while the client ran (median): client VM "
           f"{100 * statistics.median(x[0] for x in v):.0f} %, server VM "
           f"{100 * statistics.median(x[1] for x in v):.0f} %")
+def ratio(base, mode, phase):
+    d, s = rates.get((base, phase), []), rates.get((mode, phase), [])
+    if d and s:
+        per_round = " ".join(f"{100 * b / a:.0f}" for a, b in zip(d, s))
+        print(f"{phase}: {base} {d} conn/s (median {statistics.median(d)}), {mode} {s} "
+              f"(median {statistics.median(s)}): {100 * statistics.median(s) / statistics.median(d):.0f} % "
+              f"(per round: {per_round} %)")
 for phase in ("connect", "disconnect"):
-    d = rates.get(("direct", phase), [])
     for mode in ("ibcmd", "ibcmd-socket"):
-        s = rates.get((mode, phase), [])
-        if d and s:
-            print(f"{phase}: direct {d} conn/s (median {statistics.median(d)}), {mode} {s} "
-                  f"(median {statistics.median(s)}): {100 * statistics.median(s) / statistics.median(d):.0f} %")
+        ratio("direct", mode, phase)
+    for mode in ("floor-relay", "floor-relay-threads"):
+        ratio("floor-direct", mode, phase)
+    ratio("floor-direct", "direct", phase)
 PY
