@@ -319,12 +319,7 @@ static int start_relay(void)
 
 static int open_port(void)
 {
-	if (fl.relay)
-		return start_relay();
-	if (open_agent(true))
-		return -1;
-	fl.rx_fd = fl.fd;
-	return 0;
+	return fl.relay ? start_relay() : open_agent(true);
 }
 
 /*
