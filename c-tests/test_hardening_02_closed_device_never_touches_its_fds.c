@@ -126,8 +126,13 @@ static void *creator(void *arg) {
       continue;
     }
     struct ib_cm_id *id = ib_create_cm_id(dev, test_handler, NULL);
-    if (IS_ERR(id))
+    if (IS_ERR(id)) {
+      /* A closed device fails at once: without a yield here two creators
+       * spinning on it starve the closing thread under valgrind, which runs
+       * one thread at a time (its unfair lock; CI at ae82faa: 300 s). */
+      sched_yield();
       continue;
+    }
     /* The id exists: its device cannot have closed (close gives -EBUSY). */
     if (closed && racing_dev == dev)
       ids_on_closed++;
