@@ -137,13 +137,14 @@ for phase in ("connect", "disconnect"):
     for mode in ("floor-relay", "floor-relay-threads"):
         ratio("floor-direct", mode, phase)
     ratio("floor-direct", "direct", phase)
-    # The most ibcm through any switch could reach in each round: its direct
-    # time per connection plus the least a hop adds (the relay floor's time
-    # over the direct floor's), if the hop's cost adds to the engine's.
+    # An estimate of the most ibcm through any switch could reach in each
+    # round: its direct time per connection plus the least a hop adds (the
+    # relay floor's time over the direct floor's), assuming the hop costs
+    # ibcm what it costs the floor.
     d, f, r = (rates.get((m, phase), []) for m in ("direct", "floor-direct", "floor-relay"))
     bounds = [100 / (1 + max(1 / c - 1 / a, 0) * b) for b, a, c in zip(d, f, r)]
     if bounds:
-        print(f"{phase}: the most a switch leaves ibcm, per round (direct / (direct + relay "
+        print(f"{phase}: the most a switch leaves ibcm (estimate), per round (direct / (direct + relay "
               f"floor - floor)): {' '.join(f'{x:.0f}' for x in bounds)} % "
               f"(median {statistics.median(bounds):.0f} %)")
 PY
