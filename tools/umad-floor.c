@@ -271,8 +271,6 @@ static int relay_main(int sock, pid_t parent)
 				fprintf(stderr, PROG ": relay: umad_recv: %s\n", strerror(-ret));
 				return 1;
 			}
-			if (len < 0 || len > MAD_SIZE)
-				len = MAD_SIZE;
 			if (relay_send(sock, &m, sizeof(m.hdr) + (size_t)len))
 				return errno == EPIPE ? 0 : 1;
 		}
@@ -354,6 +352,27 @@ static int relay_lost(void)
 }
 
 /*
+ * One received message of `len` bytes of MAD: counted, ignored unless it is
+ * a good CM MAD, else handed to `got`, whose answer adds to `*fresh`.
+ * Returns 1 for a CM MAD, 0 for one ignored, -1 if `got` failed.
+ */
+static int take(const struct msg *m, int len, got_fn *got, int *fresh)
+{
+	int ret;
+
+	COUNT(received);
+	if (m->hdr.status || len < 28 || m->mad[1] != CM_CLASS) {
+		COUNT(ignored);
+		return 0;
+	}
+	ret = got(&m->hdr.addr, get_be16(&m->mad[16]), get_be32(&m->mad[24]));
+	if (ret < 0)
+		return -1;
+	*fresh += ret;
+	return 1;
+}
+
+/*
  * drain() for --relay: the socket, as the library's switch reader reads
  * the daemon's (recvmmsg, up to RELAY_BATCH a call; a short batch means it
  * is empty). With `ms` < 0 (the thread modes) no poll: the first call
@@ -404,21 +423,14 @@ static int drain_relay(int ms, got_fn *got, int max)
 		if (got_n == 0)
 			return relay_lost();
 		for (int i = 0; i < got_n; i++) {
-			int ret;
+			int len = (int)h[i].msg_len - (int)sizeof(m[i].hdr), ret;
 
 			if (h[i].msg_len == 0)	/* end of file: the relay is gone */
 				return relay_lost();
-			COUNT(received);
-			if (h[i].msg_len < sizeof(m[i].hdr) + 28 || m[i].hdr.status ||
-			    m[i].mad[1] != CM_CLASS) {
-				COUNT(ignored);
-				continue;
-			}
-			n++;
-			ret = got(&m[i].hdr.addr, get_be16(&m[i].mad[16]), get_be32(&m[i].mad[24]));
+			ret = take(&m[i], len, got, &fresh);
 			if (ret < 0)
 				return -1;
-			fresh += ret;
+			n += ret;
 		}
 		if (got_n < want)	/* the socket is empty: no empty read needed */
 			break;
@@ -494,16 +506,10 @@ static int drain(int ms, got_fn *got, int max)
 			fprintf(stderr, PROG ": umad_recv: %s\n", strerror(-ret));
 			return -1;
 		}
-		COUNT(received);
-		if (m.hdr.status || len < 28 || m.mad[1] != CM_CLASS) {
-			COUNT(ignored);
-			continue;
-		}
-		n++;
-		ret = got(&m.hdr.addr, get_be16(&m.mad[16]), get_be32(&m.mad[24]));
+		ret = take(&m, len, got, &fresh);
 		if (ret < 0)
 			return -1;
-		fresh += ret;
+		n += ret;
 	}
 	return fresh;
 }

@@ -33,6 +33,17 @@ bctl ping 60 > /dev/null
 export LD_LIBRARY_PATH=$OUT/lib
 SOCK=/tmp/ibcmd.sock
 rc=0
+listening() { bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null; }
+b_stat() { bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p'; }
+# timed FILE COMMAND...: COMMAND's output to FILE, then a line with the time
+# and both VMs' /proc/stat CPU lines before and after it
+timed() {
+  f=\$1; shift
+  a0=\$(head -1 /proc/stat); b0=\$(b_stat); t0=\$(date +%s.%N)
+  \"\$@\" > \$f 2>&1 || rc=1
+  t1=\$(date +%s.%N); a1=\$(head -1 /proc/stat); b1=\$(b_stat)
+  echo \"vm: \$t0 \$t1 | \$a0 | \$a1 | \$b0 | \$b1\" >> \$f
+}
 run() { # run MODE ROUND
   if [ \$1 != direct ]; then
     bctl start d 'exec $OUT/bin/ibcmd --socket /tmp/ibcmd.sock rxe0'
@@ -45,11 +56,8 @@ run() { # run MODE ROUND
     env=\"IBCM_SWITCH_SOCKET=/nonexistent.sock\"
   fi
   bctl start srv \"env \$env LD_LIBRARY_PATH=$OUT/lib $OUT/bin/ibcm-cmtime --server -D rxe0\"
-  bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
-  a0=\$(head -1 /proc/stat); b0=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p'); t0=\$(date +%s.%N)
-  env \$env $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --no-warmup > \$SRT_JOB/\$1-\$2.txt 2>&1 || rc=1
-  t1=\$(date +%s.%N); a1=\$(head -1 /proc/stat); b1=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p')
-  echo \"vm: \$t0 \$t1 | \$a0 | \$a1 | \$b0 | \$b1\" >> \$SRT_JOB/\$1-\$2.txt
+  listening
+  timed \$SRT_JOB/\$1-\$2.txt env \$env $OUT/bin/ibcm-cmtime --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N --no-warmup
   bctl wait -t 120 srv > /dev/null || rc=1
   if [ \$1 != direct ]; then
     $OUT/bin/ibcmd --stats --socket \$SOCK | tr '\\n' ' ' >> \$SRT_JOB/\$1-\$2.txt
@@ -63,11 +71,8 @@ run() { # run MODE ROUND
 floor() { # floor MODE ROUND OPTIONS...: one umad-floor run, server in B
   m=\$1 r=\$2; shift 2
   bctl start srv \"$OUT/bin/umad-floor --server -d rxe0 \$*\"
-  bctl run 'for _ in \$(seq 1 300); do grep -q \"server: listening\" /tmp/agent-srv.log && exit 0; sleep 0.1; done; exit 1' > /dev/null
-  a0=\$(head -1 /proc/stat); b0=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p'); t0=\$(date +%s.%N)
-  $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N \$* > \$SRT_JOB/\$m-\$r.txt 2>&1 || rc=1
-  t1=\$(date +%s.%N); a1=\$(head -1 /proc/stat); b1=\$(bctl run 'head -1 /proc/stat' | sed -n 's/^B| //p')
-  echo \"vm: \$t0 \$t1 | \$a0 | \$a1 | \$b0 | \$b1\" >> \$SRT_JOB/\$m-\$r.txt
+  listening
+  timed \$SRT_JOB/\$m-\$r.txt $OUT/bin/umad-floor --client ::ffff:\$SRT_PEER_IP -d rxe0 -c $N \$*
   bctl wait -t 120 srv > /dev/null || rc=1
   echo \"=== \$m round \$r\"; grep -E 'connections: connect|rror|^vm: ' \$SRT_JOB/\$m-\$r.txt
 }
