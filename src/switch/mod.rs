@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub use crate::ffi::seqpacket::{
     PeerCred, SeqPacket, block_termination_signals, wait_for_termination,
 };
-pub use routing::{ClientId, Switch, SwitchConfig, SwitchCounter};
+pub use routing::{Admitted, ClientId, Quotas, Switch, SwitchConfig, SwitchCounter};
 
 use crate::errno::CmResult;
 use proto::DeviceInfo;

@@ -58,6 +58,8 @@ pub struct SwitchConfig {
     pub slice_bits: u8,
     /// How long the slice of a process that went away stays reserved.
     pub timewait: Duration,
+    /// What one user (uid) may make the daemon hold.
+    pub quotas: Quotas,
 }
 
 impl Default for SwitchConfig {
@@ -65,6 +67,38 @@ impl Default for SwitchConfig {
         Self {
             slice_bits: 20,
             timewait: Duration::from_secs(60),
+            quotas: Quotas::default(),
+        }
+    }
+}
+
+/// Per-user bounds on what tenants make the daemon hold: whoever may open
+/// the socket is a tenant, and tenants do not trust each other. Each is
+/// counted per uid (`SO_PEERCRED`), root included, and `ibcmd --quota
+/// NAME=N` changes it (docs/ibcmd.md, "Quotas").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Connections to the socket at once, registered or not (each holds a
+    /// descriptor and a thread of the daemon's). Beyond: closed at accept.
+    pub connections: usize,
+    /// Registered processes (device openings) at once. Beyond: `Register`
+    /// answered `-EAGAIN`.
+    pub registrations: usize,
+    /// Comm ID slices owned or in timewait; `0` means a quarter of them
+    /// (1023 of 4095). Beyond: `Register` answered `-EAGAIN`.
+    pub slices: usize,
+    /// Service IDs listened on, over all the user's processes. Beyond:
+    /// `Listen` answered `-ENOMEM` (the kernel's `cm_init_listen` errno).
+    pub listens: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            connections: 512,
+            registrations: 256,
+            slices: 0,
+            listens: 4096,
         }
     }
 }
@@ -248,7 +282,32 @@ pub struct Switch {
     config: SwitchConfig,
     devices: RwLock<HashMap<String, Arc<SwitchDevice>>>,
     state: Mutex<State>,
+    /// Connections to the socket per user (its own lock: accepting never
+    /// waits for routing).
+    connections: Mutex<HashMap<Uid, usize>>,
     counters: [AtomicU64; ALL_COUNTERS.len()],
+}
+
+/// A connection counted against its user's quota ([`Switch::admit`]) until
+/// dropped.
+pub struct Admitted {
+    switch: Weak<Switch>,
+    uid: Uid,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let Some(switch) = self.switch.upgrade() else {
+            return;
+        };
+        let mut conns = switch.connections.lock();
+        if let Some(held) = conns.get_mut(&self.uid) {
+            *held -= 1;
+            if *held == 0 {
+                conns.remove(&self.uid);
+            }
+        }
+    }
 }
 
 /// What becomes of a received MAD.
@@ -303,8 +362,36 @@ impl Switch {
                 sa_pending: HashMap::new(),
                 next_sa_tid: 1,
             }),
+            connections: Mutex::new(HashMap::new()),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
         })
+    }
+
+    /// How the switch was set up.
+    pub fn config(&self) -> &SwitchConfig {
+        &self.config
+    }
+
+    /// Counts a new connection of user `uid` against its quota: `None` (the
+    /// connection is to be closed) when the user holds
+    /// [`Quotas::connections`] already. The connection is counted until the
+    /// returned value is dropped.
+    pub fn admit(self: &Arc<Self>, uid: u32) -> Option<Admitted> {
+        let mut conns = self.connections.lock();
+        let held = conns.entry(uid).or_insert(0);
+        if *held >= self.config.quotas.connections {
+            return None;
+        }
+        *held += 1;
+        Some(Admitted {
+            switch: Arc::downgrade(self),
+            uid,
+        })
+    }
+
+    /// The connections user `uid` holds now.
+    pub fn connections_of(&self, uid: u32) -> usize {
+        self.connections.lock().get(&uid).copied().unwrap_or(0)
     }
 
     /// Serves `name` through the transport `open` makes (with what the

@@ -362,6 +362,7 @@ fn a_slice_is_handed_out_again_only_after_its_timewait() {
     let config = SwitchConfig {
         slice_bits: 31,
         timewait: Duration::from_secs(3600),
+        ..SwitchConfig::default()
     };
     let f = Fabric::new(3040, config);
     let (mut a, slice_a) = f.client();
