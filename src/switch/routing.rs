@@ -60,6 +60,9 @@ pub struct SwitchConfig {
     pub timewait: Duration,
     /// What one user (uid) may make the daemon hold.
     pub quotas: Quotas,
+    /// How long after its accept a connection may stay unregistered: a
+    /// fixed deadline that no message extends.
+    pub register_deadline: Duration,
 }
 
 impl Default for SwitchConfig {
@@ -68,6 +71,7 @@ impl Default for SwitchConfig {
             slice_bits: 20,
             timewait: Duration::from_secs(60),
             quotas: Quotas::default(),
+            register_deadline: Duration::from_secs(10),
         }
     }
 }
@@ -132,10 +136,17 @@ pub enum SwitchCounter {
     /// Processes registered, and gone.
     Registered,
     Gone,
+    /// Connections closed because their process let the daemon's queue of
+    /// answers to it fill (it does not read its socket).
+    ClientStalled,
+    /// Connections closed unregistered at the registration deadline.
+    RegisterTimeout,
+    /// Connections, registrations and listens refused by a user's quota.
+    OverQuota,
 }
 
 /// Every counter, in the order `--stats` prints them.
-const ALL_COUNTERS: [SwitchCounter; 13] = [
+const ALL_COUNTERS: [SwitchCounter; 16] = [
     SwitchCounter::RxToListener,
     SwitchCounter::RxToOwner,
     SwitchCounter::RxSaAnswers,
@@ -149,6 +160,9 @@ const ALL_COUNTERS: [SwitchCounter; 13] = [
     SwitchCounter::TxRefused,
     SwitchCounter::Registered,
     SwitchCounter::Gone,
+    SwitchCounter::ClientStalled,
+    SwitchCounter::RegisterTimeout,
+    SwitchCounter::OverQuota,
 ];
 
 impl SwitchCounter {
@@ -167,6 +181,9 @@ impl SwitchCounter {
             SwitchCounter::TxRefused => "tx_refused",
             SwitchCounter::Registered => "registered",
             SwitchCounter::Gone => "gone",
+            SwitchCounter::ClientStalled => "client_stalled",
+            SwitchCounter::RegisterTimeout => "register_timeout",
+            SwitchCounter::OverQuota => "over_quota",
         }
     }
 }
@@ -441,7 +458,7 @@ impl Switch {
     /// Counts a MAD the switch lost (`counter`) and says so at warn level
     /// the 1st, 2nd, 4th, 8th… time: a loss the peer's retransmission hides
     /// still shows where it happened, and a flood of them cannot fill the log.
-    fn count_loss(&self, counter: SwitchCounter, what: impl FnOnce() -> String) {
+    pub(super) fn count_loss(&self, counter: SwitchCounter, what: impl FnOnce() -> String) {
         let n = self.counters[counter as usize].fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
             ibcm_log!(Warn, "ibcmd: {} ({} {n} so far)", what(), counter.name());
