@@ -8,6 +8,7 @@
 
 pub mod proto;
 pub mod routing;
+mod rules;
 mod server;
 
 use std::sync::Arc;

@@ -20,9 +20,13 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::proto::{DeviceInfo, ToClient};
+use super::rules::{
+    LOCAL_COMM_ID, Peer, REMOTE_COMM_ID, Refusal, RoutedRequests, Sender, attr_id, be32, check_send,
+};
 use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
 use crate::ffi::seqpacket::{PeerCred, SeqPacket};
 use crate::ibcm_log;
+use crate::log::Level;
 use crate::transport::{IdSlice, MadAddr, MadTransport, RecvFn};
 use crate::wire::{Drep, Mad, MsgResponse, Rej, SidrRep, attr, parse_header};
 
@@ -42,12 +46,11 @@ const SA_PENDING_MAX: usize = 1024;
 /// How many service IDs one process may listen on through the daemon: far
 /// more than any real program (a server listens on a handful, rdma_cm's
 /// ucma on one per bound port), and a bound on what one process makes the
-/// daemon keep: 200,000 listens of a hostile one took 18 MiB.
+/// daemon keep: 200,000 listens of a hostile one took 18 MiB. A user's
+/// processes together are bound by [`Quotas::listens`].
 pub(super) const MAX_LISTENS_PER_PROCESS: usize = 4096;
 
-/// Offsets in a MAD (header included) of the fields routing reads.
-const LOCAL_COMM_ID: usize = 24;
-const REMOTE_COMM_ID: usize = 28;
+/// The offset in a MAD (header included) of a REQ's or SIDR_REQ's service ID.
 const SERVICE_ID_OF_REQ: usize = 32;
 
 /// How the switch is set up.
@@ -91,8 +94,9 @@ pub struct Quotas {
     /// Comm ID slices owned or in timewait; `0` means a quarter of them
     /// (1023 of 4095). Beyond: `Register` answered `-EAGAIN`.
     pub slices: usize,
-    /// Service IDs listened on, over all the user's processes. Beyond:
-    /// `Listen` answered `-ENOMEM` (the kernel's `cm_init_listen` errno).
+    /// Service IDs listened on, over all the user's processes (each of
+    /// which may hold 4,096). Beyond: `Listen` answered `-ENOMEM` (the
+    /// kernel's `cm_init_listen` errno).
     pub listens: usize,
 }
 
@@ -102,7 +106,7 @@ impl Default for Quotas {
             connections: 512,
             registrations: 256,
             slices: 0,
-            listens: 4096,
+            listens: 16384,
         }
     }
 }
@@ -143,10 +147,12 @@ pub enum SwitchCounter {
     RegisterTimeout,
     /// Connections, registrations and listens refused by a user's quota.
     OverQuota,
+    /// Log lines that tenants' actions caused and the budget suppressed.
+    LogSuppressed,
 }
 
 /// Every counter, in the order `--stats` prints them.
-const ALL_COUNTERS: [SwitchCounter; 16] = [
+const ALL_COUNTERS: [SwitchCounter; 17] = [
     SwitchCounter::RxToListener,
     SwitchCounter::RxToOwner,
     SwitchCounter::RxSaAnswers,
@@ -163,6 +169,7 @@ const ALL_COUNTERS: [SwitchCounter; 16] = [
     SwitchCounter::ClientStalled,
     SwitchCounter::RegisterTimeout,
     SwitchCounter::OverQuota,
+    SwitchCounter::LogSuppressed,
 ];
 
 impl SwitchCounter {
@@ -184,6 +191,7 @@ impl SwitchCounter {
             SwitchCounter::ClientStalled => "client_stalled",
             SwitchCounter::RegisterTimeout => "register_timeout",
             SwitchCounter::OverQuota => "over_quota",
+            SwitchCounter::LogSuppressed => "log_suppressed",
         }
     }
 }
@@ -208,54 +216,25 @@ struct Client {
     cred: PeerCred,
     /// Its SA queries' TIDs (the daemon's), oldest first; some answered.
     sa_order: VecDeque<u32>,
-    /// The REQs routed to it that it has not answered yet.
-    reqs: ReqsReceived,
+    /// The REQs routed to it that it may still answer (`rules`).
+    reqs: RoutedRequests,
     /// The SIDR_REQs routed to it that it has not answered yet.
-    sidr_reqs: ReqsReceived,
+    sidr_reqs: RoutedRequests,
     /// It sent a MAD carrying one of its comm IDs: a peer may know one, so
     /// its slice needs the timewait when it goes.
     used: bool,
-    /// The service IDs it listens on (each counted in its `Listen`).
+    /// The service IDs it listens on (each counted in its `Listen`): what
+    /// its exit removes, without a scan of every listen.
+    listening: HashSet<u64>,
+    /// A refusal of its listens was logged (once a process).
+    listen_refusal_logged: bool,
+}
+
+/// What one user's processes hold, against [`Quotas`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    registrations: usize,
     listens: usize,
-    /// Its refusal at [`MAX_LISTENS_PER_PROCESS`] was logged.
-    listen_cap_logged: bool,
-}
-
-/// The REQs (their senders' comm IDs) a process got and has neither
-/// answered with a REP nor rejected; the oldest forgotten beyond a bound.
-#[derive(Default)]
-struct ReqsReceived {
-    ids: HashSet<u32>,
-    order: VecDeque<u32>,
-}
-
-impl ReqsReceived {
-    /// More REQ_RCVD ids than any process keeps: a bound on the daemon's
-    /// memory when a process never answers (or answers, as `order` keeps
-    /// the answered ones until they reach its front).
-    const MAX: usize = 1 << 16;
-
-    fn insert(&mut self, remote_id: u32) {
-        if !self.ids.insert(remote_id) {
-            return; // a retransmission
-        }
-        self.order.push_back(remote_id);
-        while self.order.len() > Self::MAX {
-            if let Some(old) = self.order.pop_front() {
-                self.ids.remove(&old);
-            }
-        }
-    }
-
-    fn contains(&self, remote_id: u32) -> bool {
-        self.ids.contains(&remote_id)
-    }
-
-    /// Leaves its place in `order` (dropped when it comes to the front):
-    /// no scan of the queue under the daemon's lock for every REP.
-    fn remove(&mut self, remote_id: u32) {
-        self.ids.remove(&remote_id);
-    }
 }
 
 /// One slot of the comm ID space.
@@ -292,6 +271,8 @@ struct State {
     /// SA query TID (low 32 bits) the daemon sent → (process, its TID).
     sa_pending: HashMap<u32, (ClientId, u32)>,
     next_sa_tid: u32,
+    /// What each user's processes hold (users holding nothing are absent).
+    users: HashMap<Uid, Usage>,
 }
 
 /// The MAD switch.
@@ -302,6 +283,8 @@ pub struct Switch {
     /// Connections to the socket per user (its own lock: accepting never
     /// waits for routing).
     connections: Mutex<HashMap<Uid, usize>>,
+    /// What is left of the log lines tenants may cause now.
+    log_budget: Mutex<LogBudget>,
     counters: [AtomicU64; ALL_COUNTERS.len()],
 }
 
@@ -327,6 +310,44 @@ impl Drop for Admitted {
     }
 }
 
+/// The log lines tenants may cause: at most [`Self::LINES`] in each
+/// [`Self::WINDOW`], for all tenants together (one tenant's flood may
+/// silence another's lines, never the daemon's own, nor grow the log).
+struct LogBudget {
+    window_start: Instant,
+    lines: u32,
+    /// Lines suppressed since the last one written.
+    suppressed: u64,
+}
+
+impl LogBudget {
+    const LINES: u32 = 20;
+    const WINDOW: Duration = Duration::from_secs(10);
+
+    fn new() -> Self {
+        Self {
+            window_start: Instant::now(),
+            lines: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines suppressed before this one)` when a line may be
+    /// written now, `None` when it is suppressed (and counted).
+    fn take(&mut self, now: Instant) -> Option<u64> {
+        if now.duration_since(self.window_start) >= Self::WINDOW {
+            self.window_start = now;
+            self.lines = 0;
+        }
+        if self.lines >= Self::LINES {
+            self.suppressed += 1;
+            return None;
+        }
+        self.lines += 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
 /// What becomes of a received MAD.
 enum Route {
     To(Arc<SeqPacket>, SwitchCounter),
@@ -347,13 +368,29 @@ fn lost_inbound(device: &str, port: u8, mad: &Mad, e: std::io::Error) -> String 
     )
 }
 
-/// Reads the big-endian u32 at `at`.
-fn be32(mad: &Mad, at: usize) -> u32 {
-    u32::from_be_bytes(mad[at..at + 4].try_into().expect("4 bytes"))
-}
-
 fn be64(mad: &Mad, at: usize) -> u64 {
     u64::from_be_bytes(mad[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// A REQ or SIDR_REQ its listener will get: what that process may answer
+/// by the requester's comm ID alone (`rules`), towards `from`.
+fn remember_req(st: &mut State, device: &str, from: Peer, attr_id: u16, mad: &Mad) {
+    let service_id = be64(mad, SERVICE_ID_OF_REQ);
+    let Some(client) = st
+        .listens
+        .get(&(device.to_owned(), service_id))
+        .filter(|l| l.port == 0 || l.port == from.port())
+        .map(|l| l.client)
+    else {
+        return;
+    };
+    if let Some(c) = st.clients.get_mut(&client) {
+        let received = match attr_id {
+            attr::REQ => &mut c.reqs,
+            _ => &mut c.sidr_reqs,
+        };
+        received.insert(be32(mad, LOCAL_COMM_ID), from);
+    }
 }
 
 impl Switch {
@@ -378,8 +415,10 @@ impl Switch {
                 next_service_id: CM_ASSIGN_SERVICE_ID,
                 sa_pending: HashMap::new(),
                 next_sa_tid: 1,
+                users: HashMap::new(),
             }),
             connections: Mutex::new(HashMap::new()),
+            log_budget: Mutex::new(LogBudget::new()),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
         })
     }
@@ -465,6 +504,30 @@ impl Switch {
         }
     }
 
+    /// Logs a line a tenant's action caused (a registration, a refusal),
+    /// within [`LogBudget`]: a tenant doing it in a loop cannot flood the
+    /// log, and the next line that passes says how many were suppressed.
+    pub(super) fn tenant_log(&self, level: Level, line: impl FnOnce() -> String) {
+        if !crate::log::enabled(level) {
+            return;
+        }
+        let suppressed = match self.log_budget.lock().take(Instant::now()) {
+            Some(suppressed) => suppressed,
+            None => {
+                self.count(SwitchCounter::LogSuppressed);
+                return;
+            }
+        };
+        let line = line();
+        match suppressed {
+            0 => crate::log::write(level, format_args!("ibcmd: {line}")),
+            n => crate::log::write(
+                level,
+                format_args!("ibcmd: {line} ({n} lines of tenants suppressed before this one)"),
+            ),
+        }
+    }
+
     pub fn counter(&self, counter: SwitchCounter) -> u64 {
         self.counters[counter as usize].load(Ordering::Relaxed)
     }
@@ -507,6 +570,35 @@ impl Switch {
         let mut st = self.state.lock();
         let now = Instant::now();
         let n = st.slices.len();
+        let quotas = self.config.quotas;
+        let usage = st.users.get(&cred.uid).copied().unwrap_or_default();
+        if usage.registrations >= quotas.registrations {
+            drop(st);
+            self.refuse_over_quota(|| {
+                format!(
+                    "process {} (uid {}) refused: its user has {} processes registered (quota \
+                     registrations={})",
+                    cred.pid, cred.uid, usage.registrations, quotas.registrations
+                )
+            });
+            return Err(EAGAIN);
+        }
+        // Whoever may connect may register, but one user may not take every
+        // slice: registering and leaving (one MAD each, so the slice needs
+        // its timewait) 4095 times took a few seconds and locked every other
+        // user out for the timewait.
+        let max_slices = self.max_slices_per_user(n);
+        if self.slices_of_user(&st, cred.uid, now) >= max_slices {
+            drop(st);
+            self.refuse_over_quota(|| {
+                format!(
+                    "process {} (uid {}) refused: its user holds {max_slices} comm ID slices, \
+                     owned or in timewait (quota slices)",
+                    cred.pid, cred.uid
+                )
+            });
+            return Err(EAGAIN);
+        }
         let start = st.next_slice;
         let index = (0..n)
             .map(|i| (start + i) % n)
@@ -517,25 +609,11 @@ impl Switch {
                 Slice::Owned(_) => false,
             })
             .ok_or(EAGAIN)?;
-        // Whoever may connect may register, but one user may not take every
-        // slice: registering and leaving (one MAD each, so the slice needs
-        // its timewait) 4095 times took a few seconds and locked every other
-        // user out for the timewait.
-        if self.slices_of_user(&st, cred.uid, now) >= self.max_slices_per_user(n) {
-            drop(st);
-            ibcm_log!(
-                Warn,
-                "ibcmd: process {} (uid {}) refused: its user holds {} comm ID slices, owned or in timewait",
-                cred.pid,
-                cred.uid,
-                self.max_slices_per_user(n)
-            );
-            return Err(EAGAIN);
-        }
         let client = st.next_client;
         st.next_client += 1;
         st.slices[index] = Slice::Owned(client);
         st.next_slice = (index + 1) % n;
+        st.users.entry(cred.uid).or_default().registrations += 1;
         st.clients.insert(
             client,
             Client {
@@ -544,26 +622,33 @@ impl Switch {
                 conn,
                 cred,
                 used: false,
-                listens: 0,
-                listen_cap_logged: false,
-                reqs: ReqsReceived::default(),
-                sidr_reqs: ReqsReceived::default(),
+                listening: HashSet::new(),
+                listen_refusal_logged: false,
+                reqs: RoutedRequests::default(),
+                sidr_reqs: RoutedRequests::default(),
                 sa_order: VecDeque::new(),
             },
         );
         drop(st);
         self.count(SwitchCounter::Registered);
         let slice = self.slice_of(index);
-        ibcm_log!(
-            Info,
-            "ibcmd: process {} (uid {}, gid {}) registered for {device}: comm IDs {:#010x}..={:#010x}",
-            cred.pid,
-            cred.uid,
-            cred.gid,
-            slice.base,
-            slice.base | slice.mask()
-        );
+        self.tenant_log(Level::Info, || {
+            format!(
+                "process {} (uid {}, gid {}) registered for {device}: comm IDs {:#010x}..={:#010x}",
+                cred.pid,
+                cred.uid,
+                cred.gid,
+                slice.base,
+                slice.base | slice.mask()
+            )
+        });
         Ok((client, slice, info))
+    }
+
+    /// Counts a refusal by a user's quota and says so, rate-limited.
+    fn refuse_over_quota(&self, what: impl FnOnce() -> String) {
+        self.count(SwitchCounter::OverQuota);
+        self.tenant_log(Level::Warn, what);
     }
 
     /// The slices user `uid`'s processes own or left in timewait.
@@ -578,16 +663,21 @@ impl Switch {
             .count()
     }
 
-    /// A quarter of the `n` slices (1023 of 4095): it takes four users of
-    /// the socket's group to lock the others out.
+    /// [`Quotas::slices`], or a quarter of the `n` slices (1023 of 4095):
+    /// it takes four users of the socket's group to lock the others out.
     fn max_slices_per_user(&self, n: usize) -> usize {
-        ((n - 1) / 4).max(1)
+        match self.config.quotas.slices {
+            0 => ((n - 1) / 4).max(1),
+            quota => quota,
+        }
     }
 
     /// The process went away (its socket closed): its listens end at once,
-    /// its slice is answered statelessly and freed after the timewait.
+    /// its slice is answered statelessly and freed after the timewait. It
+    /// costs what the process held, not a scan of every process's.
     pub fn unregister(&self, client: ClientId) {
         let mut st = self.state.lock();
+        let st = &mut *st;
         let Some(gone) = st.clients.remove(&client) else {
             return;
         };
@@ -599,22 +689,37 @@ impl Switch {
         } else {
             Slice::Free
         };
-        st.listens.retain(|_, l| l.client != client);
-        st.sa_pending.retain(|_, (c, _)| *c != client);
-        drop(st);
+        let mut key = (gone.device, 0);
+        for &service_id in &gone.listening {
+            key.1 = service_id;
+            st.listens.remove(&key);
+        }
+        for tid in &gone.sa_order {
+            if st.sa_pending.get(tid).is_some_and(|(c, _)| *c == client) {
+                st.sa_pending.remove(tid);
+            }
+        }
+        if let Some(usage) = st.users.get_mut(&gone.cred.uid) {
+            usage.registrations -= 1;
+            usage.listens -= gone.listening.len();
+            if usage.registrations == 0 {
+                st.users.remove(&gone.cred.uid);
+            }
+        }
+        let (pid, device) = (gone.cred.pid, key.0);
         self.count(SwitchCounter::Gone);
-        ibcm_log!(
-            Info,
-            "ibcmd: process {} left {}: its comm IDs are answered statelessly for {:?}",
-            gone.cred.pid,
-            gone.device,
-            self.config.timewait
-        );
+        self.tenant_log(Level::Info, || {
+            format!(
+                "process {pid} left {device}: its comm IDs are answered statelessly for {:?}",
+                self.config.timewait
+            )
+        });
     }
 
     /// `ib_cm_listen` of a process: exact match (`mask` all ones), every port
     /// (0) or one. `-EBUSY` when another process listens on it already,
-    /// `-ENOMEM` beyond [`MAX_LISTENS_PER_PROCESS`].
+    /// `-ENOMEM` beyond [`MAX_LISTENS_PER_PROCESS`] or its user's
+    /// [`Quotas::listens`].
     ///
     /// Invariant (it makes the process's Unlistens exact, even the one after
     /// a Listen whose answer came too late): a Listen on a service ID the
@@ -647,18 +752,24 @@ impl Switch {
                 None => {}
             }
         }
-        if c.listens >= MAX_LISTENS_PER_PROCESS {
+        let usage = st.users.entry(c.cred.uid).or_default();
+        let quota = self.config.quotas.listens;
+        if c.listening.len() >= MAX_LISTENS_PER_PROCESS || usage.listens >= quota {
             // The kernel's errno when cm_init_listen cannot allocate.
-            if !std::mem::replace(&mut c.listen_cap_logged, true) {
-                ibcm_log!(
-                    Warn,
-                    "ibcmd: process {} (uid {}) on {} holds {MAX_LISTENS_PER_PROCESS} listens: \
-                     its further listens are refused with -ENOMEM",
-                    c.cred.pid,
-                    c.cred.uid,
-                    c.device
-                );
+            let (cred, device, held) = (c.cred, c.device.clone(), c.listening.len());
+            let user_held = usage.listens;
+            if std::mem::replace(&mut c.listen_refusal_logged, true) {
+                self.count(SwitchCounter::OverQuota);
+                return Err(ENOMEM);
             }
+            self.refuse_over_quota(|| {
+                format!(
+                    "process {} (uid {}) on {device} holds {held} listens, its user {user_held} \
+                     (at most {MAX_LISTENS_PER_PROCESS} a process, quota listens={quota}): \
+                     a listen refused with -ENOMEM",
+                    cred.pid, cred.uid
+                )
+            });
             return Err(ENOMEM);
         }
         let key = if assign {
@@ -668,7 +779,8 @@ impl Switch {
         } else {
             key
         };
-        c.listens += 1;
+        usage.listens += 1;
+        c.listening.insert(key.1);
         let service_id = key.1;
         st.listens.insert(
             key,
@@ -696,7 +808,10 @@ impl Switch {
         l.count -= 1;
         if l.count == 0 {
             st.listens.remove(&key);
-            c.listens -= 1;
+            c.listening.remove(&service_id);
+            if let Some(usage) = st.users.get_mut(&c.cred.uid) {
+                usage.listens -= 1;
+            }
         }
     }
 
@@ -762,8 +877,13 @@ impl Switch {
             return Route::Drop;
         };
         let mut st = self.state.lock();
-        if matches!(header.attr_id, attr::REQ | attr::SIDR_REQ) {
-            self.remember_req(&mut st, device, port, header.attr_id, mad);
+        let from = Peer::of(port, &addr);
+        match header.attr_id {
+            attr::REQ | attr::SIDR_REQ => remember_req(&mut st, device, from, header.attr_id, mad),
+            // The requester has our REP (RTU), or gave up (REJ): its REQ may
+            // no longer be answered by comm ID alone.
+            attr::RTU | attr::REJ => self.end_req(&mut st, device, from, mad),
+            _ => {}
         }
         let owner = |local_id: u32| {
             let Slice::Owned(client) = st.slices.get(self.slice_index(local_id))? else {
@@ -809,25 +929,15 @@ impl Switch {
         }
     }
 
-    /// A REQ or SIDR_REQ its listener will get: what that process may
-    /// answer with a REJ of comm ID 0 (from REQ_RCVD, or stateless), a
-    /// SIDR_REP (which carries no comm ID of its sender).
-    fn remember_req(&self, st: &mut State, device: &str, port: u8, attr_id: u16, mad: &Mad) {
-        let service_id = be64(mad, SERVICE_ID_OF_REQ);
-        let Some(client) = st
-            .listens
-            .get(&(device.to_owned(), service_id))
-            .filter(|l| l.port == 0 || l.port == port)
-            .map(|l| l.client)
+    /// An RTU or REJ for a connection of a process: the REQ it answers
+    /// (its LocalCommID is the requester's) is over for that process.
+    fn end_req(&self, st: &mut State, device: &str, from: Peer, mad: &Mad) {
+        let Some(Slice::Owned(client)) = st.slices.get(self.slice_index(be32(mad, REMOTE_COMM_ID)))
         else {
             return;
         };
-        if let Some(c) = st.clients.get_mut(&client) {
-            let received = match attr_id {
-                attr::REQ => &mut c.reqs,
-                _ => &mut c.sidr_reqs,
-            };
-            received.insert(be32(mad, LOCAL_COMM_ID));
+        if let Some(c) = st.clients.get_mut(client).filter(|c| c.device == device) {
+            c.reqs.close(be32(mad, LOCAL_COMM_ID), from);
         }
     }
 
@@ -861,19 +971,21 @@ impl Switch {
         Route::Done
     }
 
-    /// A MAD a process sends from `port` to `addr`: sent when its comm ID is
-    /// the process's own, else dropped, counted and logged with the peer's
-    /// credentials. `-EPERM` for a spoofed one, `-EINVAL` for one the
-    /// switch does not carry.
+    /// A MAD a process sends from `port` to `addr`: sent when the identity
+    /// it carries is the process's (`rules::check_send`), else dropped,
+    /// counted and logged (rate-limited) with the process's credentials.
+    /// `-EPERM` for a spoofed one, `-EINVAL` for one the switch does not
+    /// carry.
     pub fn outbound(&self, client: ClientId, port: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
         let mut mad = *mad;
         let (transport, verdict) = {
             let mut st = self.state.lock();
-            let Some(c) = st.clients.get(&client) else {
+            let st = &mut *st;
+            let Some(c) = st.clients.get_mut(&client) else {
                 return Err(EINVAL);
             };
-            let device = c.device.clone();
             let slice = self.slice_of(c.slice);
+            let (device, cred) = (c.device.clone(), c.cred);
             let transport = self
                 .devices
                 .read()
@@ -883,34 +995,49 @@ impl Switch {
                 // Path queries only: SubnAdmSet/Delete (a multicast leave, a
                 // service record removed) would give every process the SA
                 // access of the port, which needs umad access without ibcmd.
-                MGMT_CLASS_SA if is_path_query(&mad) => {
-                    self.track_sa_query(&mut st, client, &mut mad);
-                    Ok(())
+                MGMT_CLASS_SA if is_path_query(&mad) => Ok(()),
+                MGMT_CLASS_CM => {
+                    let sender = Sender {
+                        slice,
+                        reqs: &mut c.reqs,
+                        sidr_reqs: &mut c.sidr_reqs,
+                    };
+                    let verdict = check_send(sender, port, addr, &mad);
+                    // A peer may know one of its comm IDs now: its slice
+                    // needs the timewait when it goes.
+                    c.used |= verdict.is_ok() && slice.contains(be32(&mad, LOCAL_COMM_ID));
+                    verdict.map_err(|why| (why, device, cred, slice))
                 }
-                MGMT_CLASS_CM => self.may_send(c, &mad),
-                _ => Err(EINVAL),
+                _ => Err((Refusal::Unknown, device, cred, slice)),
             };
-            if verdict.is_ok() && mad[1] == MGMT_CLASS_CM {
-                if let Some(c) = st.clients.get_mut(&client) {
-                    c.used |= slice.contains(be32(&mad, LOCAL_COMM_ID));
-                    // Its REP or REJ ends REQ_RCVD: no REJ of comm ID 0 after;
-                    // a SIDR_REQ gets one SIDR_REP.
-                    match u16::from_be_bytes([mad[16], mad[17]]) {
-                        attr::REP | attr::REJ => c.reqs.remove(be32(&mad, REMOTE_COMM_ID)),
-                        attr::SIDR_REP => c.sidr_reqs.remove(be32(&mad, LOCAL_COMM_ID)),
-                        _ => {}
-                    }
-                }
+            if verdict.is_ok() && mad[1] == MGMT_CLASS_SA {
+                self.track_sa_query(st, client, &mut mad);
             }
             (transport, verdict)
         };
-        if let Err(e) = verdict {
-            self.count(if e == EPERM {
-                SwitchCounter::TxSpoofed
-            } else {
-                SwitchCounter::TxRefused
+        if let Err((why, device, cred, slice)) = verdict {
+            if !why.is_spoof() {
+                self.count(SwitchCounter::TxRefused);
+                return Err(EINVAL);
+            }
+            // Counted; said the 1st, 2nd, 4th… time: a tenant sending
+            // spoofed MADs in a loop cannot flood the log.
+            self.count_loss(SwitchCounter::TxSpoofed, || {
+                format!(
+                    "dropped a {} from process {} (uid {}, gid {}) on {device}: {} (local comm \
+                     ID {:#010x}, remote comm ID {:#010x}; its slice {:#010x}..={:#010x})",
+                    attr::name(attr_id(&mad)),
+                    cred.pid,
+                    cred.uid,
+                    cred.gid,
+                    why.why(),
+                    be32(&mad, LOCAL_COMM_ID),
+                    be32(&mad, REMOTE_COMM_ID),
+                    slice.base,
+                    slice.base | slice.mask()
+                )
             });
-            return Err(e);
+            return Err(EPERM);
         }
         let Some(transport) = transport else {
             self.count(SwitchCounter::TxRefused);
@@ -925,56 +1052,13 @@ impl Switch {
                 self.count_loss(SwitchCounter::TxRefused, || {
                     format!(
                         "a {} of client {client} was not sent on port {port}: {}",
-                        attr::name(u16::from_be_bytes([mad[16], mad[17]])),
+                        attr::name(attr_id(&mad)),
                         std::io::Error::from_raw_os_error(e.0)
                     )
                 });
                 Err(e)
             }
         }
-    }
-
-    /// Whether process `sender` may send the CM MAD `mad`.
-    fn may_send(&self, sender: &Client, mad: &Mad) -> CmResult {
-        let (slice, cred, device) = (self.slice_of(sender.slice), sender.cred, &sender.device);
-        let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
-        let local_id = be32(mad, LOCAL_COMM_ID);
-        let allowed = match attr_id {
-            // A REJ of a REQ from REQ_RCVD (or stateless) carries 0: only
-            // for a REQ this process got, else it could reject any host's
-            // REQ_SENT id (cm_acquire_id(remote comm ID, 0) matches it).
-            attr::REJ if local_id == 0 => sender.reqs.contains(be32(mad, REMOTE_COMM_ID)),
-            attr::REJ => slice.contains(local_id),
-            attr::REQ
-            | attr::REP
-            | attr::RTU
-            | attr::MRA
-            | attr::DREQ
-            | attr::DREP
-            | attr::LAP
-            | attr::APR
-            | attr::SIDR_REQ => slice.contains(local_id),
-            // A SIDR_REP has no comm ID of its sender, and the requester
-            // matches it by request ID alone: only for a SIDR_REQ this
-            // process got (its listener may be gone since, as in the kernel).
-            attr::SIDR_REP => sender.sidr_reqs.contains(local_id),
-            _ => return Err(EINVAL),
-        };
-        if allowed {
-            return Ok(());
-        }
-        ibcm_log!(
-            Warn,
-            "ibcmd: dropped a {} from process {} (uid {}, gid {}) on {device}: comm ID {local_id:#010x} \
-             is not in its slice {:#010x}..={:#010x}",
-            attr::name(attr_id),
-            cred.pid,
-            cred.uid,
-            cred.gid,
-            slice.base,
-            slice.base | slice.mask()
-        );
-        Err(EPERM)
     }
 
     /// Gives an SA query a TID of the daemon's (the processes' own TIDs

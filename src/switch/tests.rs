@@ -1441,3 +1441,407 @@ fn hostile14_a_child_flooding_after_its_parent_died_is_cut_off_within_the_bound(
     );
     assert_eq!(f.switch.counter(SwitchCounter::Gone), 1);
 }
+
+// ---- Issue 30: the daemon as a boundary between tenants. Each test below
+// failed on main ae8a3c4 (before src/switch/rules.rs); the matching table
+// is in docs/ibcmd.md.
+
+impl Client {
+    /// A raw protocol client served as process `cred` says (another user).
+    fn connect_as(switch: &Arc<Switch>, cred: super::PeerCred) -> Self {
+        let (mine, theirs) = SeqPacket::pair().unwrap();
+        let switch = switch.clone();
+        std::thread::spawn(move || switch.serve_as(theirs, cred));
+        mine.set_recv_timeout(Some(WAIT)).unwrap();
+        Self {
+            conn: mine,
+            backlog: VecDeque::new(),
+            seq: 0,
+        }
+    }
+}
+
+/// This (living) process, as user `uid`.
+fn user(uid: u32) -> super::PeerCred {
+    super::PeerCred {
+        pid: std::process::id() as i32,
+        uid,
+        gid: uid,
+    }
+}
+
+fn rep(local_comm_id: u32, remote_comm_id: u32) -> Mad {
+    crate::wire::Rep {
+        local_comm_id,
+        remote_comm_id,
+        ..crate::wire::Rep::default()
+    }
+    .encode(7)
+}
+
+fn mra(local_comm_id: u32, remote_comm_id: u32, mraed: crate::wire::MsgResponse) -> Mad {
+    crate::wire::Mra {
+        local_comm_id,
+        remote_comm_id,
+        message_mraed: mraed,
+        ..crate::wire::Mra::default()
+    }
+    .encode(7)
+}
+
+fn rej(local_comm_id: u32, remote_comm_id: u32, rejected: crate::wire::MsgResponse) -> Mad {
+    Rej {
+        local_comm_id,
+        remote_comm_id,
+        message_rejected: rejected,
+        reason: 28, // IB_CM_REJ_CONSUMER_DEFINED
+        ..Rej::default()
+    }
+    .encode(7)
+}
+
+/// Sends `mad` from `client` and says whether it reached the remote host
+/// (else it must have been counted as spoofed).
+fn passes(f: &Fabric, client: &mut Client, mad: &Mad, to: &MadAddr) -> bool {
+    let spoofed = f.switch.counter(SwitchCounter::TxSpoofed);
+    client.send_mad(mad, to);
+    client.sync();
+    if f.remote_got_nothing() {
+        assert_eq!(
+            f.switch.counter(SwitchCounter::TxSpoofed),
+            spoofed + 1,
+            "a {} was neither sent nor counted",
+            crate::wire::attr::name(attr_of(mad))
+        );
+        false
+    } else {
+        true
+    }
+}
+
+/// A fabric with the honest listener A (service 0x1000) holding the remote
+/// host's REQ 0x77, and tenant B of another user.
+fn req_routed_to_a(index: u32) -> (Fabric, Client, IdSlice, Client, IdSlice) {
+    let f = Fabric::new(index, SwitchConfig::default());
+    let (mut a, slice_a) = f.client();
+    let mut b = Client::connect_as(&f.switch, user(4343));
+    let slice_b = b.register(&f.device).unwrap();
+    assert_eq!(a.listen(0x1000), Ok(0x1000));
+    f.remote_sends(&req(0x77, 0x1000));
+    assert_eq!(attr_of(&a.got()), attr::REQ);
+    assert!(b.got_nothing(), "the REQ went to its listener only");
+    (f, a, slice_a, b, slice_b)
+}
+
+#[test]
+fn finding_1_a_rep_comes_only_from_the_process_the_req_was_routed_to() {
+    let (f, mut a, slice_a, mut b, slice_b) = req_routed_to_a(3400);
+    let to = remote_addr(&f);
+    // B answers A's REQ with its own REP (its own comm ID, its QPN): the
+    // requester would match it by the remote comm ID alone and connect to B.
+    assert!(!passes(&f, &mut b, &rep(slice_b.base | 1, 0x77), &to));
+    // A's own REP goes, and again (a retransmission) with the same comm ID.
+    assert!(passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &to));
+    assert!(passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &to));
+    // Not with another of its comm IDs: one REQ, one connection.
+    assert!(!passes(&f, &mut a, &rep(slice_a.base | 2, 0x77), &to));
+    // B still cannot, after A answered.
+    assert!(!passes(&f, &mut b, &rep(slice_b.base | 1, 0x77), &to));
+    // A REP needs a comm ID of the sender's slice.
+    assert!(!passes(&f, &mut a, &rep(slice_b.base | 1, 0x77), &to));
+}
+
+#[test]
+fn finding_1_a_rep_goes_only_to_the_address_the_req_came_from() {
+    let (f, mut a, slice_a, _b, _) = req_routed_to_a(3410);
+    let mut elsewhere = remote_addr(&f);
+    elsewhere.dlid ^= 0x40;
+    // Host H2's REQ_SENT id with the same comm ID would take it.
+    assert!(!passes(
+        &f,
+        &mut a,
+        &rep(slice_a.base | 1, 0x77),
+        &elsewhere
+    ));
+    let mut with_grh = remote_addr(&f);
+    with_grh.grh = true;
+    with_grh.dgid[15] ^= 1;
+    assert!(!passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &with_grh));
+    assert!(passes(
+        &f,
+        &mut a,
+        &rep(slice_a.base | 1, 0x77),
+        &remote_addr(&f)
+    ));
+}
+
+#[test]
+fn finding_1_a_rej_of_a_req_comes_only_from_the_process_the_req_was_routed_to() {
+    use crate::wire::MsgResponse::{Other, Rep, Req};
+    let (f, mut a, slice_a, mut b, slice_b) = req_routed_to_a(3420);
+    let to = remote_addr(&f);
+    // B rejects A's REQ with its reason and private data (seen: the peer's
+    // IB_CM_REJ_RECEIVED reason 28, "rejected by attacker"), with its own
+    // comm ID or with 0 as from REQ_RCVD.
+    assert!(!passes(&f, &mut b, &rej(slice_b.base | 1, 0x77, Req), &to));
+    assert!(!passes(&f, &mut b, &rej(0, 0x77, Req), &to));
+    // A REJ of a REP or of "other" is matched by both comm IDs: B's own
+    // comm ID binds it to B's connections; A's comm ID is not B's to use.
+    assert!(passes(&f, &mut b, &rej(slice_b.base | 1, 0x77, Rep), &to));
+    assert!(passes(&f, &mut b, &rej(slice_b.base | 1, 0x77, Other), &to));
+    assert!(!passes(
+        &f,
+        &mut b,
+        &rej(slice_a.base | 1, 0x77, Other),
+        &to
+    ));
+    // A may reject its REQ, from MRA_REQ_SENT (its comm ID) or REQ_RCVD (0).
+    assert!(passes(&f, &mut a, &rej(slice_a.base | 1, 0x77, Req), &to));
+    // ... and that ends it: no REP, no second REJ of it.
+    assert!(!passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &to));
+    assert!(!passes(&f, &mut a, &rej(0, 0x77, Req), &to));
+    // Its retransmission routes it again: then A may reject it with 0.
+    f.remote_sends(&req(0x77, 0x1000));
+    assert_eq!(attr_of(&a.got()), attr::REQ);
+    assert!(passes(&f, &mut a, &rej(0, 0x77, Req), &to));
+}
+
+#[test]
+fn finding_1_an_mra_of_a_req_comes_only_from_the_process_the_req_was_routed_to() {
+    use crate::wire::MsgResponse::{Other, Rep, Req};
+    let (f, mut a, slice_a, mut b, slice_b) = req_routed_to_a(3430);
+    let to = remote_addr(&f);
+    // B stalls A's REQ with an MRA (the requester waits its service time).
+    assert!(!passes(&f, &mut b, &mra(slice_b.base | 1, 0x77, Req), &to));
+    // An MRA of a REP or a LAP is matched by both comm IDs: B's own is B's.
+    assert!(passes(&f, &mut b, &mra(slice_b.base | 1, 0x77, Rep), &to));
+    assert!(passes(&f, &mut b, &mra(slice_b.base | 1, 0x77, Other), &to));
+    assert!(!passes(&f, &mut b, &mra(slice_a.base | 1, 0x77, Rep), &to));
+    // A may, as often as the requester resends its REQ.
+    assert!(passes(&f, &mut a, &mra(slice_a.base | 1, 0x77, Req), &to));
+    assert!(passes(&f, &mut a, &mra(slice_a.base | 1, 0x77, Req), &to));
+    // Not with a comm ID outside its slice.
+    assert!(!passes(&f, &mut a, &mra(slice_b.base | 1, 0x77, Req), &to));
+    // Once it sent its REP, the REQ is answered: no MRA of it.
+    assert!(passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &to));
+    assert!(!passes(&f, &mut a, &mra(slice_a.base | 1, 0x77, Req), &to));
+}
+
+#[test]
+fn finding_1_messages_matched_by_both_comm_ids_need_a_comm_id_of_the_senders_slice() {
+    let (f, _a, slice_a, mut b, slice_b) = req_routed_to_a(3440);
+    let to = remote_addr(&f);
+    type Encode = fn(u32, u32) -> Mad;
+    let both_ids: [(&str, Encode); 6] = [
+        ("RTU", |l, r| {
+            crate::wire::Rtu {
+                local_comm_id: l,
+                remote_comm_id: r,
+                ..Default::default()
+            }
+            .encode(7)
+        }),
+        ("DREQ", dreq),
+        ("DREP", |l, r| {
+            Drep {
+                local_comm_id: l,
+                remote_comm_id: r,
+                ..Default::default()
+            }
+            .encode(7)
+        }),
+        ("LAP", |l, r| {
+            crate::wire::Lap {
+                local_comm_id: l,
+                remote_comm_id: r,
+                ..Default::default()
+            }
+            .encode(7)
+        }),
+        ("APR", |l, r| {
+            crate::wire::Apr {
+                local_comm_id: l,
+                remote_comm_id: r,
+                ..Default::default()
+            }
+            .encode(7)
+        }),
+        ("REQ", |l, _| req(l, 0x5555)),
+    ];
+    for (name, mad) in both_ids {
+        assert!(
+            passes(&f, &mut b, &mad(slice_b.base | 3, 0x77), &to),
+            "B's own {name}"
+        );
+        assert!(
+            !passes(&f, &mut b, &mad(slice_a.base | 3, 0x77), &to),
+            "B's {name} with A's comm ID"
+        );
+    }
+    assert!(passes(&f, &mut b, &sidr_req(slice_b.base | 4, 0x5555), &to));
+    assert!(!passes(
+        &f,
+        &mut b,
+        &sidr_req(slice_a.base | 4, 0x5555),
+        &to
+    ));
+}
+
+#[test]
+fn finding_1_a_message_x_of_3_is_dropped() {
+    let (f, mut a, slice_a, _b, _) = req_routed_to_a(3450);
+    let to = remote_addr(&f);
+    // MessageRejected / MessageMRAed 3 means nothing: the remote drops an
+    // MRA of it (cm_acquire_mraed_id), and no engine sends either.
+    for mut mad in [
+        mra(slice_a.base | 1, 0x77, crate::wire::MsgResponse::Other),
+        rej(slice_a.base | 1, 0x77, crate::wire::MsgResponse::Other),
+    ] {
+        mad[32] |= 0xc0;
+        assert!(!passes(&f, &mut a, &mad, &to));
+    }
+}
+
+#[test]
+fn finding_1_an_rtu_ends_what_the_req_may_be_answered_with() {
+    let (f, mut a, slice_a, _b, _) = req_routed_to_a(3460);
+    let to = remote_addr(&f);
+    assert!(passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &to));
+    let rtu = crate::wire::Rtu {
+        local_comm_id: 0x77,
+        remote_comm_id: slice_a.base | 1,
+        ..Default::default()
+    };
+    f.remote_sends(&rtu.encode(7));
+    assert_eq!(attr_of(&a.got()), attr::RTU);
+    a.sync();
+    // Established: a REP or a REJ "of the REQ" could only be forged now.
+    assert!(!passes(&f, &mut a, &rep(slice_a.base | 1, 0x77), &to));
+    assert!(!passes(
+        &f,
+        &mut a,
+        &rej(0, 0x77, crate::wire::MsgResponse::Req),
+        &to
+    ));
+}
+
+#[test]
+fn finding_1_requests_routed_to_a_process_are_bounded() {
+    let mut reqs = super::rules::RoutedRequests::default();
+    let from = super::rules::Peer::of(1, &MadAddr::default());
+    for id in 0..(super::rules::RoutedRequests::MAX as u32 + 100) {
+        reqs.insert(id, from);
+        if id % 2 == 0 {
+            reqs.close(id, from);
+            reqs.insert(id, from); // routed again: its place moves back
+        }
+    }
+    assert_eq!(reqs.len(), super::rules::RoutedRequests::MAX);
+    assert!(reqs.order_len() <= 2 * super::rules::RoutedRequests::MAX);
+}
+
+#[test]
+fn finding_4_registrations_and_listens_are_bounded_per_user() {
+    let config = SwitchConfig {
+        quotas: super::Quotas {
+            registrations: 3,
+            listens: 5,
+            ..super::Quotas::default()
+        },
+        ..SwitchConfig::default()
+    };
+    let f = Fabric::new(3470, config);
+    let mut mine: Vec<Client> = (0..3)
+        .map(|_| {
+            let c = Client::connect_as(&f.switch, user(5000));
+            c.register(&f.device).expect("within the quota");
+            c
+        })
+        .collect();
+    // One process registered 300 times held 1,228,800 listens.
+    let extra = Client::connect_as(&f.switch, user(5000));
+    assert_eq!(extra.register(&f.device), Err(-libc::EAGAIN));
+    assert_eq!(mine[0].listen(0x100), Ok(0x100));
+    assert_eq!(mine[0].listen(0x101), Ok(0x101));
+    assert_eq!(mine[1].listen(0x102), Ok(0x102));
+    assert_eq!(mine[2].listen(0x103), Ok(0x103));
+    assert_eq!(mine[2].listen(ASSIGN).map(|_| ()), Ok(()));
+    assert_eq!(mine[1].listen(0x104), Err(-libc::ENOMEM), "the user's 6th");
+    // Another user is not affected.
+    let mut other = Client::connect_as(&f.switch, user(5001));
+    other.register(&f.device).unwrap();
+    assert_eq!(other.listen(0x200), Ok(0x200));
+    // A process gone gives back its registration and its listens.
+    drop(mine.remove(0));
+    wait_counter(&f.switch, SwitchCounter::Gone, 1);
+    assert_eq!(mine[0].listen(0x104), Ok(0x104));
+    let again = Client::connect_as(&f.switch, user(5000));
+    assert!(again.register(&f.device).is_ok());
+    assert!(f.switch.counter(SwitchCounter::OverQuota) >= 2);
+}
+
+#[test]
+fn finding_4_a_process_leaving_removes_exactly_its_listens() {
+    let f = Fabric::new(3480, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let (mut b, _) = f.client();
+    for i in 0..100 {
+        assert_eq!(a.listen(0x1_0000 + i), Ok(0x1_0000 + i));
+        assert_eq!(b.listen(0x2_0000 + i), Ok(0x2_0000 + i));
+    }
+    let path = path_query(1);
+    a.send_mad(&path, &remote_addr(&f));
+    a.sync();
+    drop(a);
+    wait_counter(&f.switch, SwitchCounter::Gone, 1);
+    let (mut c, _) = f.client();
+    for i in 0..100 {
+        assert_eq!(c.listen(0x1_0000 + i), Ok(0x1_0000 + i), "A's are free");
+        assert_eq!(c.listen(0x2_0000 + i), Err(-libc::EBUSY), "B's stay B's");
+    }
+    f.remote_sends(&req(0x99, 0x2_0005));
+    assert_eq!(attr_of(&b.got()), attr::REQ);
+}
+
+#[test]
+fn finding_5_spoofed_mads_log_a_bounded_number_of_lines() {
+    let f = Fabric::new(3490, SwitchConfig::default());
+    let log = crate::log::capture::Capture::of(&[&f.device]);
+    let (mut attacker, slice) = f.client();
+    let to = remote_addr(&f);
+    let other = slice.base.wrapping_add(1 << slice.bits);
+    for i in 0..20_000u32 {
+        attacker.send_mad(&dreq(other | (i & 0xffff), 1), &to);
+    }
+    attacker.sync();
+    assert_eq!(f.switch.counter(SwitchCounter::TxSpoofed), 20_000);
+    let lines = log.lines_with(&["ibcmd", "dropped a DREQ", &format!(" {}:", f.device)]);
+    // The 1st, 2nd, 4th … 16,384th: 15 lines, each with the count so far.
+    assert_eq!(lines.len(), 15, "{:?}", &lines[..lines.len().min(5)]);
+    assert!(
+        lines[14].contains("tx_spoofed 16384 so far"),
+        "{}",
+        lines[14]
+    );
+}
+
+#[test]
+fn finding_5_tenant_lines_are_rate_limited_and_counted() {
+    let f = Fabric::new(3500, SwitchConfig::default());
+    let log = crate::log::capture::Capture::of(&[&f.device]);
+    for _ in 0..200 {
+        let c = Client::connect(&f.switch);
+        c.register(&f.device).unwrap();
+    }
+    wait_counter(&f.switch, SwitchCounter::Gone, 200);
+    let lines = log.lines_with(&["ibcmd: process", &format!(" {}:", f.device)]);
+    assert!(
+        lines.len() <= 20,
+        "{} lines for 200 registrations and exits: {lines:#?}",
+        lines.len()
+    );
+    assert_eq!(
+        f.switch.counter(SwitchCounter::LogSuppressed) + lines.len() as u64,
+        400
+    );
+}
