@@ -1845,3 +1845,38 @@ fn finding_5_tenant_lines_are_rate_limited_and_counted() {
         400
     );
 }
+
+#[test]
+fn finding_1_a_sidr_rep_goes_only_to_the_address_its_sidr_req_came_from() {
+    let f = Fabric::new(3510, SwitchConfig::default());
+    let (mut a, _) = f.client();
+    let mut b = Client::connect_as(&f.switch, user(4343));
+    b.register(&f.device).unwrap();
+    assert_eq!(a.listen(0x3000), Ok(0x3000));
+    f.remote_sends(&sidr_req(0x41, 0x3000));
+    assert_eq!(attr_of(&a.got()), attr::SIDR_REQ);
+    let to = remote_addr(&f);
+    let mut elsewhere = to;
+    elsewhere.dlid ^= 0x40;
+    // The requester matches a SIDR_REP by request ID alone.
+    assert!(!passes(&f, &mut b, &sidr_rep(0x41, 0x3000), &to));
+    assert!(!passes(&f, &mut a, &sidr_rep(0x41, 0x3000), &elsewhere));
+    assert!(passes(&f, &mut a, &sidr_rep(0x41, 0x3000), &to));
+    // One answer each.
+    assert!(!passes(&f, &mut a, &sidr_rep(0x41, 0x3000), &to));
+}
+
+#[test]
+fn finding_1_attributes_no_process_sends_are_refused_not_spoofed() {
+    let (f, mut a, slice_a, _b, _) = req_routed_to_a(3520);
+    // ClassPortInfo (0x0001) and an attribute the CM does not define.
+    for attr_id in [0x0001u16, 0x0030] {
+        let mut mad = rep(slice_a.base | 1, 0x77);
+        mad[16..18].copy_from_slice(&attr_id.to_be_bytes());
+        a.send_mad(&mad, &remote_addr(&f));
+        a.sync();
+        assert!(f.remote_got_nothing());
+    }
+    assert_eq!(f.switch.counter(SwitchCounter::TxRefused), 2);
+    assert_eq!(f.switch.counter(SwitchCounter::TxSpoofed), 0);
+}
