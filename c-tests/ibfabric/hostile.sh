@@ -10,8 +10,7 @@
 #                        connects and disconnects 200 times
 #
 # Host A is Hca1's ibcmd, its socket open to every user (mode 0666, in a
-# directory every user can reach) with the shipped unit's descriptor limit
-# (LimitNOFILE=16384); host B is Hca2's ibcmd. The honest processes
+# directory every user can reach); host B is Hca2's ibcmd. The honest processes
 # ($IBFABRIC_HOSTILE, ibfabric_hostile.c) run as root, the hostile ones
 # (hostile_tenant.py) as other users, each its own uid (setpriv).
 
@@ -46,8 +45,13 @@ done
 # for through and counter.
 sockdir=$(mktemp -d /tmp/ibcm-hostile.XXXXXX) && chmod 0755 "$sockdir" || exit 1
 trap 'cleanup; rm -rf "$sockdir"' EXIT
-# What the shipped unit allows; the hostile tenants inherit it too.
-ulimit -n 16384 || { echo "SKIP: cannot raise the descriptor limit to 16384"; exit 77; }
+# Every process's descriptors below 1024 (the daemons', the tenants'):
+# umad2sim numbers its own umad descriptors from 1024 and takes any
+# descriptor from there for one of them, so an ibcmd under it with more
+# loses its port, then crashes in umad2sim (seen with the shipped unit's
+# LimitNOFILE=16384 and 1,100 connections). On real hardware the limit is
+# the unit's; here the quotas must keep the hostile users under 1024.
+ulimit -n 1024 || exit 1
 
 # hostile_ibcmd HCA LEVEL: HCA's ibcmd at log level LEVEL, its socket open
 # to every user; its pid in $ibcmd_pid.
@@ -133,22 +137,15 @@ switch-hostile-soak)
     # Samples A's RSS and descriptors. The attackers are stopped (and the
     # scenario fails) far above the RSS bound, to spare the machine (at
     # about 4 MiB a connection, as before issue 30, these attacks would take
-    # 2 GB), and at 960 descriptors: umad2sim numbers its own umad
-    # descriptors from 1024 and takes any descriptor from there for one of
-    # them (a daemon with more lost its port, then crashed in umad2sim).
-    # The attacks below stay under 900 descriptors even without quotas.
+    # 3 GB).
     (
         while kill -0 $a 2>/dev/null; do
             rss=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$a/status)
             fds=$(ls /proc/$a/fd | wc -l)
             echo "$(date +%s.%N) ${rss:-0} $fds" >>rss.samples
-            stop=
-            [ "${rss:-0}" -gt $rss_stop_kib ] && stop="its RSS passed $((rss_stop_kib / 1024)) MiB"
-            [ "$fds" -gt 960 ] && stop="it holds $fds descriptors"
-            if [ -n "$stop" ]; then
-                echo "A's ibcmd: $stop: the attackers were stopped" >rss.stopped
+            if [ "${rss:-0}" -gt $rss_stop_kib ]; then
+                echo "A's ibcmd: its RSS passed $((rss_stop_kib / 1024)) MiB: the attackers were stopped" >rss.stopped
                 kill $(cat attackers.pids) 2>/dev/null
-                break
             fi
             sleep 0.1
         done
@@ -156,11 +153,14 @@ switch-hostile-soak)
     pids="$! $pids"
     sleep 1
     rss_before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$a/status)
-    # One hostile user (64002) listens without end (past its registrations
-    # and listens) and, once that holds its registrations, opens connections
-    # that never register and never read (past its connections); another
-    # (64001) floods spoofed MADs, a third (64003) connects, registers and
-    # leaves in a loop (past its slices, each in timewait after it).
+    # One hostile user (64002) listens without end (280 registrations of
+    # 100 listens each: past its registrations and listens) and, once that
+    # holds its registrations, opens 600 connections that never register
+    # and never read (past its connections); another (64001) floods spoofed
+    # MADs, a third (64003) connects, registers and leaves in a loop (past
+    # its slices, each in timewait after it). Without quotas that takes more
+    # descriptors than A has; with them user 64002 holds 512 connections at
+    # most, 256 registered (each with a pidfd): 768 descriptors.
     sock=$sockdir/Hca1.sock
     as 64002 listen "$sock" ibsim0 120 280 100 >listen.out 2>&1 &
     echo $! >>attackers.pids
@@ -169,8 +169,11 @@ switch-hostile-soak)
     as 64003 reconnect "$sock" ibsim0 "$lid_b" 120 200 >reconnect.out 2>&1 &
     echo $! >>attackers.pids
     sleep 3
-    as 64002 stats "$sock" 120 300 >stats.out 2>&1 &
-    echo $! >>attackers.pids
+    : >stats.out
+    if [ ! -f rss.stopped ]; then
+        as 64002 stats "$sock" 120 600 >stats.out 2>&1 &
+        echo $! >>attackers.pids
+    fi
     attackers=$(cat attackers.pids)
     pids="$attackers $pids"
     sleep 2 # the attacks under way
