@@ -7,7 +7,7 @@
 # not come up.
 #
 #   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
-#          |switch-mesh|switch-killed|switch-spoof
+#          |switch-mesh|switch-killed|switch-spoof|switch-hijack|switch-hostile-soak
 #
 # scale and scale-drops (make ibscale) need the ibsim that
 # scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=32;
@@ -168,6 +168,11 @@ through() {
 counter() {
     "$IBCMD" --stats --socket "$dir/$1.sock" | sed -n "s/^$2 //p"
 }
+
+# The hostile-tenant scenarios start their ibcmd themselves (hostile.sh).
+case $scenario in
+switch-hijack | switch-hostile-soak) . "$here/hostile.sh"; exit ;;
+esac
 
 case $scenario in
 switch-*)
