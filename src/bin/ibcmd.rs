@@ -261,7 +261,7 @@ fn drop_privileges(user: &str, ids: UserIds) -> Result<(), String> {
     if !already {
         ib_cm::switch::become_user(ids.uid, ids.gid).map_err(|e| {
             let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
-                " (only root can)"
+                "; only root can change user"
             } else {
                 ""
             };
