@@ -71,18 +71,21 @@ done
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
-# Hca1: ibcmd binds DIR/Hca1.sock as root, then becomes nobody.
+# Hca1: ibcmd binds DIR/Hca1.sock as root, then becomes nobody (setting
+# no_new_privs itself, in umad2sim's thread too).
 SIM_HOST=Hca1 IBCM_LOG=info LD_PRELOAD="$sim_so $IBCMD_HARNESS" \
     "$IBCMD" --user nobody --socket "$dir/Hca1.sock" ibsim0 >ibcmd.Hca1.log 2>&1 3>&- &
 bound=$!
 pids="$bound $pids"
 
-# Hca2: the socket is made and passed by socket activation; the preload goes
-# to ibcmd alone (systemd-socket-activate execs it in its own process).
+# Hca2: the socket is made and passed by socket activation, and ibcmd starts
+# with no_new_privs set, as the unit's NoNewPrivileges=yes does. Each exec
+# keeps the pid that LISTEN_PID names; the preload goes to ibcmd alone (it
+# must not start umad2sim's client in the same pid twice).
 if command -v systemd-socket-activate >/dev/null 2>&1; then
     activator=systemd-socket-activate
-    systemd-socket-activate --seqpacket -l "$dir/Hca2.sock" \
-        -E SIM_HOST=Hca2 -E IBCM_LOG=info -E "LD_PRELOAD=$sim_so $IBCMD_HARNESS" -E IBSIM_SOCKNAME \
+    systemd-socket-activate --seqpacket -l "$dir/Hca2.sock" -E SIM_HOST=Hca2 -E IBCM_LOG=info -E IBSIM_SOCKNAME \
+        setpriv --no-new-privs env "LD_PRELOAD=$sim_so $IBCMD_HARNESS" \
         "$IBCMD" --user nobody ibsim0 >ibcmd.Hca2.log 2>&1 3>&- &
 else
     activator=python3
@@ -95,7 +98,7 @@ if s.fileno() != 3:
     os.dup2(s.fileno(), 3)
 os.set_inheritable(3, True)
 os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
-os.execvp("env", ["env"] + sys.argv[2:])
+os.execvp("setpriv", ["setpriv", "--no-new-privs", "env"] + sys.argv[2:])
 ' "$dir/Hca2.sock" SIM_HOST=Hca2 IBCM_LOG=info "LD_PRELOAD=$sim_so $IBCMD_HARNESS" \
         "$IBCMD" --user nobody ibsim0 >ibcmd.Hca2.log 2>&1 3>&- &
 fi
@@ -129,10 +132,14 @@ privileges() {
         done
         [ "$(sed -n 's/^NoNewPrivs:[[:space:]]*//p' "$status")" = 1 ] || { fail "$status: NoNewPrivs 0"; return; }
     done
-    echo "pid $1: $threads threads, each: $(grep -E '^(Uid|Gid|Groups|CapPrm|CapEff|CapAmb|NoNewPrivs):' /proc/$1/status | tr -s '[:space:]' ' ')"
+    echo "pid $1: $threads threads, each: $(grep -E '^(Uid|Gid|Groups|CapPrm|CapEff|CapAmb|NoNewPrivs|Seccomp):' /proc/$1/status | tr -s '[:space:]' ' ')"
 }
 privileges $bound
 privileges $activated
+# Hca1's ibcmd set no_new_privs in every thread with its allow-all seccomp
+# filter (Seccomp 2); Hca2's inherited it and needed none (Seccomp 0).
+[ "$(sed -n 's/^Seccomp:[[:space:]]*//p' /proc/$bound/status)" = 2 ] || fail "Hca1's ibcmd has no seccomp filter"
+[ "$(sed -n 's/^Seccomp:[[:space:]]*//p' /proc/$activated/status)" = 0 ] || fail "Hca2's ibcmd installed a seccomp filter"
 
 # A connection Hca1 -> Hca2 through both daemons (the path from the SA
 # through Hca1's, the CM MADs through both), checked again while the

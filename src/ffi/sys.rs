@@ -161,8 +161,15 @@ fn last_error() -> std::io::Error {
 /// it makes share a seccomp filter (`SECCOMP_FILTER_FLAG_TSYNC`), so one
 /// that allows every call is installed: it changes nothing else, and since
 /// Linux 5.11 a filter that allows a call is not even run for it. Threads
-/// started afterwards inherit both.
+/// started afterwards inherit both. Nothing is done for a process that
+/// inherited the flag through `execve` (systemd's `NoNewPrivileges=yes`,
+/// whose `SystemCallFilter=@system-service` refuses `seccomp`): every thread
+/// has it then.
 pub fn set_no_new_privs_in_every_thread() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1 {
+        return Ok(());
+    }
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(last_error());
