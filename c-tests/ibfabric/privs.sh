@@ -79,13 +79,15 @@ bound=$!
 pids="$bound $pids"
 
 # Hca2: the socket is made and passed by socket activation, and ibcmd starts
-# with no_new_privs set, as the unit's NoNewPrivileges=yes does. Each exec
+# as under systemd/ibcmd.service.in: no_new_privs set (NoNewPrivileges=yes),
+# CAP_SETUID and CAP_SETGID its only capabilities (CapabilityBoundingSet=).
+# Each exec
 # keeps the pid that LISTEN_PID names; the preload goes to ibcmd alone (it
 # must not start umad2sim's client in the same pid twice).
 if command -v systemd-socket-activate >/dev/null 2>&1; then
     activator=systemd-socket-activate
     systemd-socket-activate --seqpacket -l "$dir/Hca2.sock" -E SIM_HOST=Hca2 -E IBCM_LOG=info -E IBSIM_SOCKNAME \
-        setpriv --no-new-privs env "LD_PRELOAD=$sim_so $IBCMD_HARNESS" \
+        setpriv --no-new-privs --bounding-set=-all,+setuid,+setgid env "LD_PRELOAD=$sim_so $IBCMD_HARNESS" \
         "$IBCMD" --user nobody ibsim0 >ibcmd.Hca2.log 2>&1 3>&- &
 else
     activator=python3
@@ -98,7 +100,7 @@ if s.fileno() != 3:
     os.dup2(s.fileno(), 3)
 os.set_inheritable(3, True)
 os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
-os.execvp("setpriv", ["setpriv", "--no-new-privs", "env"] + sys.argv[2:])
+os.execvp("setpriv", ["setpriv", "--no-new-privs", "--bounding-set=-all,+setuid,+setgid", "env"] + sys.argv[2:])
 ' "$dir/Hca2.sock" SIM_HOST=Hca2 IBCM_LOG=info "LD_PRELOAD=$sim_so $IBCMD_HARNESS" \
         "$IBCMD" --user nobody ibsim0 >ibcmd.Hca2.log 2>&1 3>&- &
 fi
