@@ -70,10 +70,14 @@ install: lib
 	install -m 0644 include/rdma/ib_sa.h $(DESTDIR)$(PREFIX)/include/rdma/ib_sa.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ib_cm.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ib_cm.pc
-	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/systemd/system \
+	  $(DESTDIR)$(PREFIX)/lib/sysusers.d
 	install -m 0755 $(RELEASE)/ibcmd $(DESTDIR)$(PREFIX)/sbin/ibcmd
 	sed -e 's|@PREFIX@|$(PREFIX)|' systemd/ibcmd.service.in \
 	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/ibcmd.service
+	sed -e 's|@PREFIX@|$(PREFIX)|' systemd/ibcmd.socket.in \
+	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/ibcmd.socket
+	install -m 0644 systemd/ibcmd.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/ibcmd.conf
 	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 man/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 0644 man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/

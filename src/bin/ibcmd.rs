@@ -3,12 +3,15 @@
 //! processes using libib_cm on this host (see docs/ibcmd.md, ibcmd(8)).
 //!
 //!     ibcmd [--socket PATH] [--mode OCTAL] [--group NAME|GID]
-//!           [--timewait SECONDS] [DEVICE...]
+//!           [--user NAME|UID] [--timewait SECONDS] [DEVICE...]
 //!     ibcmd --stats [--socket PATH]
 //!
 //! Without DEVICE it serves every device under /sys/class/infiniband. It
 //! runs in the foreground until SIGTERM, SIGINT or SIGHUP, and logs on
-//! stderr (`IBCM_LOG=info` shows each registration).
+//! stderr (`IBCM_LOG=info` shows each registration). With `--user` it opens
+//! the umad devices and its socket (or takes the one systemd passes, by the
+//! sd_listen_fds protocol) as root, then runs as that user, without
+//! capabilities.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,21 +23,29 @@ use ib_cm::transport::switch::socket_path;
 
 struct Options {
     socket: PathBuf,
-    mode: u32,
+    /// `--mode`; 0660 when not given.
+    mode: Option<u32>,
     group: Option<String>,
+    /// `--user`: whom the daemon becomes once its files are open.
+    user: Option<String>,
     timewait: Duration,
     stats: bool,
     devices: Vec<String>,
 }
 
 const USAGE: &str = "usage: ibcmd [--socket PATH] [--mode OCTAL] [--group NAME|GID] \
-                     [--timewait SECONDS] [DEVICE...]\n       ibcmd --stats [--socket PATH]";
+                     [--user NAME|UID] [--timewait SECONDS] [DEVICE...]\n       \
+                     ibcmd --stats [--socket PATH]";
+
+/// The socket's mode without `--mode`: the owner and the group may connect.
+const DEFAULT_MODE: u32 = 0o660;
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut o = Options {
         socket: socket_path(),
-        mode: 0o660,
+        mode: None,
         group: None,
+        user: None,
         timewait: SwitchConfig::default().timewait,
         stats: false,
         devices: Vec::new(),
@@ -46,9 +57,10 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--socket" => o.socket = PathBuf::from(value("--socket")?),
             "--mode" => {
                 let v = value("--mode")?;
-                o.mode = u32::from_str_radix(&v, 8).map_err(|_| format!("bad mode {v}"))?;
+                o.mode = Some(u32::from_str_radix(&v, 8).map_err(|_| format!("bad mode {v}"))?);
             }
             "--group" => o.group = Some(value("--group")?),
+            "--user" => o.user = Some(value("--user")?),
             "--timewait" => {
                 let v = value("--timewait")?;
                 let secs: f64 = v.parse().map_err(|_| format!("bad timewait {v}"))?;
@@ -74,6 +86,41 @@ fn group_id(group: &str) -> Option<u32> {
         (fields.next()? == group).then_some(())?;
         fields.nth(1)?.parse().ok()
     })
+}
+
+/// A user the daemon may become: its UID and the GID of its passwd entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UserIds {
+    uid: u32,
+    gid: u32,
+}
+
+/// `user` (a name, or a UID if it is a number) in `passwd` (the text of
+/// /etc/passwd): its UID and primary GID.
+fn find_user(passwd: &str, user: &str) -> Option<UserIds> {
+    let by_uid = user.parse::<u32>().ok();
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let uid = fields.nth(1)?.parse().ok()?;
+        let gid = fields.next()?.parse().ok()?;
+        let found = by_uid.map_or(name == user, |wanted| uid == wanted);
+        found.then_some(UserIds { uid, gid })
+    })
+}
+
+/// `--user`'s IDs from /etc/passwd (where systemd-sysusers puts the
+/// shipped `ibcmd`); root is refused: it would keep every privilege.
+fn user_ids_of(user: &str) -> Result<UserIds, String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| format!("/etc/passwd: {e}"))?;
+    let ids =
+        find_user(&passwd, user).ok_or(format!("--user {user}: no such user in /etc/passwd"))?;
+    if ids.uid == 0 {
+        return Err(format!(
+            "--user {user}: that is root, which keeps every privilege"
+        ));
+    }
+    Ok(ids)
 }
 
 /// Every device under /sys/class/infiniband.
@@ -109,7 +156,8 @@ fn bind(o: &Options) -> Result<SeqPacket, String> {
             .map_err(|e| format!("chgrp {}: {e}", o.socket.display()))?;
     }
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&o.socket, std::fs::Permissions::from_mode(o.mode))
+    let mode = o.mode.unwrap_or(DEFAULT_MODE);
+    std::fs::set_permissions(&o.socket, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("chmod {}: {e}", o.socket.display()))?;
     Ok(listener)
 }
@@ -132,12 +180,137 @@ fn print_stats(socket: &Path) -> Result<(), String> {
     }
 }
 
+/// The listening socket: the one systemd passed (its socket unit's: set up,
+/// and removed, by systemd), else bound here at `--socket`, to be removed
+/// at exit.
+struct Listening {
+    socket: SeqPacket,
+    path: PathBuf,
+    bound_here: bool,
+}
+
+fn listening(o: &Options, inherited: Option<std::os::fd::OwnedFd>) -> Result<Listening, String> {
+    let Some(fd) = inherited else {
+        return Ok(Listening {
+            socket: bind(o)?,
+            path: o.socket.clone(),
+            bound_here: true,
+        });
+    };
+    if o.mode.is_some() || o.group.is_some() {
+        eprintln!(
+            "ibcmd: --mode and --group ignored: the socket is systemd's (its unit sets them)"
+        );
+    }
+    let path = std::os::fd::AsFd::as_fd(&fd);
+    let path = ib_cm::switch::unix_socket_path(path).unwrap_or_else(|| "descriptor 3".into());
+    Ok(Listening {
+        socket: SeqPacket::from(fd),
+        path,
+        bound_here: false,
+    })
+}
+
+/// What `status` (one thread's /proc/self/task/TID/status) shows left of
+/// root in a process that became `ids`: a real, effective, saved or
+/// filesystem UID or GID not the user's, a capability in the permitted,
+/// effective or ambient set, no `no_new_privs`. Empty when nothing is.
+fn privileges_left(status: &str, ids: UserIds) -> Vec<String> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let all_are = |name: &str, id: u32| {
+        field(name).is_some_and(|v| {
+            let mut ids = v.split_whitespace();
+            ids.clone().count() == 4 && ids.all(|x| x.parse() == Ok(id))
+        })
+    };
+    let mut left = Vec::new();
+    if !all_are("Uid", ids.uid) {
+        left.push(format!("Uid {}", field("Uid").unwrap_or("unknown")));
+    }
+    if !all_are("Gid", ids.gid) {
+        left.push(format!("Gid {}", field("Gid").unwrap_or("unknown")));
+    }
+    for caps in ["CapPrm", "CapEff", "CapAmb"] {
+        let empty = field(caps).and_then(|v| u64::from_str_radix(v, 16).ok()) == Some(0);
+        if !empty {
+            left.push(format!("{caps} {}", field(caps).unwrap_or("unknown")));
+        }
+    }
+    if field("NoNewPrivs") != Some("1") {
+        left.push(format!(
+            "NoNewPrivs {}",
+            field("NoNewPrivs").unwrap_or("unknown")
+        ));
+    }
+    left
+}
+
+/// Runs as `ids` for good: no supplementary groups, the user's GID, its UID
+/// (each for every thread), unless the process already is that user; then
+/// checks that root cannot come back: `setuid(0)` fails, and every thread's
+/// status shows the user's IDs, no capability and `no_new_privs`.
+fn drop_privileges(user: &str, ids: UserIds) -> Result<(), String> {
+    let who = format!("user {user} (uid {}, gid {})", ids.uid, ids.gid);
+    let already =
+        ib_cm::switch::user_ids() == [ids.uid; 3] && ib_cm::switch::group_ids() == [ids.gid; 3];
+    if !already {
+        ib_cm::switch::become_user(ids.uid, ids.gid).map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                "; only root can change user"
+            } else {
+                ""
+            };
+            format!("cannot become {who}: {e}{hint}")
+        })?;
+        let groups = ib_cm::switch::supplementary_groups().map_err(|e| e.to_string())?;
+        if !groups.iter().all(|&g| g == ids.gid) {
+            return Err(format!("became {who} but kept the groups {groups:?}"));
+        }
+    }
+    if ib_cm::switch::can_become_root() {
+        return Err(format!("became {who} but setuid(0) succeeds"));
+    }
+    let tasks =
+        std::fs::read_dir("/proc/self/task").map_err(|e| format!("/proc/self/task: {e}"))?;
+    for task in tasks {
+        let path = task.map_err(|e| e.to_string())?.path().join("status");
+        let status =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let left = privileges_left(&status, ids);
+        if !left.is_empty() {
+            let thread = status.lines().find_map(|l| l.strip_prefix("Name:"));
+            return Err(format!(
+                "became {who} but {} (thread {}) shows {}",
+                path.display(),
+                thread.unwrap_or("unknown").trim(),
+                left.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn run(o: Options) -> Result<(), String> {
     if o.stats {
         return print_stats(&o.socket);
     }
+    let user = match &o.user {
+        Some(name) => Some((name.as_str(), user_ids_of(name)?)),
+        None => None,
+    };
     // Before any thread starts: only the main thread takes these signals.
     ib_cm::switch::block_termination_signals();
+    if user.is_some() {
+        ib_cm::switch::set_no_new_privs_in_every_thread()
+            .map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+    }
+    let inherited = ib_cm::switch::inherited_seqpacket_listener()
+        .map_err(|e| format!("the socket passed by systemd (LISTEN_FDS): {e}"))?;
     let switch = Switch::new(SwitchConfig {
         timewait: o.timewait,
         ..SwitchConfig::default()
@@ -156,20 +329,53 @@ fn run(o: Options) -> Result<(), String> {
     if !devices.iter().any(|d| switch.has_device(d)) {
         return Err("no device to serve".into());
     }
-    let listener = bind(&o)?;
-    eprintln!("ibcmd: listening on {}", o.socket.display());
+    let listener = listening(&o, inherited)?;
+    // Every file the daemon needs is open: the umad devices (it never
+    // reopens one), its socket. What is left (reading sysfs at start was
+    // the last of it, pidfd_open, SO_PEERCRED) needs no privilege.
+    match user {
+        Some((name, ids)) => {
+            drop_privileges(name, ids)?;
+            eprintln!(
+                "ibcmd: running as user {name} (uid {}, gid {}), no capabilities",
+                ids.uid, ids.gid
+            );
+        }
+        None if ib_cm::switch::user_ids()[1] == 0 => {
+            eprintln!(
+                "ibcmd: warning: running as root with its capabilities (--user drops them once the devices and the socket are open)"
+            );
+        }
+        None => {}
+    }
+    eprintln!(
+        "ibcmd: listening on {}{}",
+        listener.path.display(),
+        if listener.bound_here {
+            ""
+        } else {
+            " (passed by systemd)"
+        }
+    );
     {
         let switch = switch.clone();
+        let socket = listener.socket;
         std::thread::Builder::new()
             .name("ibcmd-accept".into())
-            .spawn(move || switch.accept_loop(&listener))
+            .spawn(move || switch.accept_loop(&socket))
             .map_err(|e| e.to_string())?;
     }
     let sig = ib_cm::switch::wait_for_termination();
     eprintln!("ibcmd: signal {sig}: stopping");
     // No new process finds the socket; connected ones see it close when
-    // this process exits (they get -ENODEV from then on).
-    let _ = std::fs::remove_file(&o.socket);
+    // this process exits (they get -ENODEV from then on). A socket systemd
+    // passed stays: its unit removes it. After --user the directory may
+    // not let this process remove it either: said nowhere, since the next
+    // ibcmd replaces a socket nobody listens on, and a library that finds
+    // one (ECONNREFUSED) does as without a socket.
+    if listener.bound_here {
+        let _ = std::fs::remove_file(&listener.path);
+    }
     switch.close();
     Ok(())
 }
@@ -191,5 +397,124 @@ fn main() -> ExitCode {
             eprintln!("ibcmd: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(line: &str) -> Result<Options, String> {
+        parse(line.split_whitespace().map(str::to_owned))
+    }
+
+    #[test]
+    fn user_is_an_option_with_a_value() {
+        let o = parsed("--user ibcmd --group ibcm mlx5_0").unwrap();
+        assert_eq!(o.user.as_deref(), Some("ibcmd"));
+        assert_eq!(
+            o.group.as_deref(),
+            Some("ibcm"),
+            "--group stays the socket's"
+        );
+        assert_eq!(o.devices, ["mlx5_0"]);
+        assert_eq!(
+            parsed("--user 65534").unwrap().user.as_deref(),
+            Some("65534")
+        );
+        assert_eq!(parsed("--user").err().unwrap(), "--user needs a value");
+        assert_eq!(parsed("mlx5_0").unwrap().user, None, "root unless asked");
+    }
+
+    #[test]
+    fn the_existing_options_keep_their_meaning() {
+        let o = parsed("--socket /tmp/s --mode 0600 --group 7 --timewait 1.5 a b").unwrap();
+        assert_eq!(o.socket, PathBuf::from("/tmp/s"));
+        assert_eq!(o.mode, Some(0o600));
+        assert_eq!(o.group.as_deref(), Some("7"));
+        assert_eq!(o.timewait, Duration::from_millis(1500));
+        assert_eq!(o.devices, ["a", "b"]);
+        assert!(!o.stats);
+        assert_eq!(parsed("").unwrap().mode, None, "0660 when bound");
+        assert!(parsed("--stats --socket /tmp/s").unwrap().stats);
+        assert_eq!(parsed("--mode 9").err().unwrap(), "bad mode 9");
+        assert_eq!(parsed("--users x").err().unwrap(), "unknown option --users");
+    }
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n\
+                          broken line\n\
+                          ibcmd:x:998:997:CM MAD switch:/:/usr/sbin/nologin\n\
+                          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+
+    #[test]
+    fn a_user_is_found_by_name_or_uid_with_its_primary_group() {
+        let ibcmd = Some(UserIds { uid: 998, gid: 997 });
+        assert_eq!(find_user(PASSWD, "ibcmd"), ibcmd);
+        assert_eq!(find_user(PASSWD, "998"), ibcmd);
+        assert_eq!(find_user(PASSWD, "65534").map(|u| u.gid), Some(65534));
+        assert_eq!(find_user(PASSWD, "ibcm"), None, "a prefix is not a name");
+        assert_eq!(find_user(PASSWD, "997"), None, "a GID is not a UID");
+        assert_eq!(find_user(PASSWD, "broken line"), None);
+    }
+
+    #[test]
+    fn root_is_not_a_user_to_drop_to() {
+        assert!(user_ids_of("root").unwrap_err().contains("root"));
+        assert!(user_ids_of("0").unwrap_err().contains("root"));
+        assert!(
+            user_ids_of("surely-no-such-user")
+                .unwrap_err()
+                .contains("no such user")
+        );
+    }
+
+    /// The lines of /proc/PID/status the check reads, as Linux writes them.
+    fn status(uid: &str, gid: &str, cap_eff: &str, no_new_privs: &str) -> String {
+        format!(
+            "Name:\tibcmd\nUid:\t{uid}\nGid:\t{gid}\nGroups:\t\n\
+             CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+             CapEff:\t{cap_eff}\nCapBnd:\t000001ffffffffff\n\
+             CapAmb:\t0000000000000000\nNoNewPrivs:\t{no_new_privs}\n"
+        )
+    }
+
+    #[test]
+    fn privileges_left_names_what_is_left_of_root() {
+        let ids = UserIds {
+            uid: 65534,
+            gid: 65534,
+        };
+        let all = "65534\t65534\t65534\t65534";
+        let none = "0000000000000000";
+        assert!(privileges_left(&status(all, all, none, "1"), ids).is_empty());
+        // A saved UID of 0 could be switched back to.
+        let saved_root = "65534\t65534\t0\t65534";
+        assert_eq!(
+            privileges_left(&status(saved_root, all, none, "1"), ids),
+            [format!("Uid {saved_root}")]
+        );
+        assert_eq!(
+            privileges_left(&status(all, "0\t0\t0\t0", none, "1"), ids),
+            ["Gid 0\t0\t0\t0"]
+        );
+        assert_eq!(
+            privileges_left(&status(all, all, "0000000000000400", "1"), ids),
+            ["CapEff 0000000000000400"]
+        );
+        assert_eq!(
+            privileges_left(&status(all, all, none, "0"), ids),
+            ["NoNewPrivs 0"]
+        );
+        // A field missing (another kernel's format) is not taken as empty.
+        assert_eq!(
+            privileges_left("Uid:\t1\t1\t1\t1\n", UserIds { uid: 1, gid: 1 }),
+            [
+                "Gid unknown",
+                "CapPrm unknown",
+                "CapEff unknown",
+                "CapAmb unknown",
+                "NoNewPrivs unknown"
+            ]
+        );
     }
 }

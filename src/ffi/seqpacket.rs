@@ -407,6 +407,13 @@ impl PidFd {
     }
 }
 
+/// A socket made elsewhere: the listening socket systemd passes to `ibcmd`.
+impl From<OwnedFd> for SeqPacket {
+    fn from(fd: OwnedFd) -> Self {
+        Self(fd)
+    }
+}
+
 impl AsRawFd for SeqPacket {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
