@@ -361,12 +361,6 @@ pub struct Readiness {
 }
 
 impl SeqPacket {
-    /// Waits until a message (or the peer's close) waits on the socket or
-    /// `process` has exited; both may be true.
-    pub fn wait_with(&self, process: &PidFd) -> io::Result<Readiness> {
-        self.wait(false, Some(process), None)
-    }
-
     /// Waits until a message (or the peer's close) waits on the socket, the
     /// socket has room (when `room` is asked for), `process` has exited, or
     /// `timeout` has passed (`None`: no limit); several may be true, none

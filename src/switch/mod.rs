@@ -37,3 +37,5 @@ impl Switch {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_server;
