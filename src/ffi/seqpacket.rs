@@ -349,33 +349,54 @@ impl SeqPacket {
     }
 }
 
-/// What [`SeqPacket::wait_with`] saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`SeqPacket::wait`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Readiness {
-    /// A message (or the peer's close) is waiting on the socket.
+    /// A message (or the peer's close, or an error) waits on the socket.
     pub socket: bool,
+    /// The socket has room for a message (asked for only).
+    pub writable: bool,
     /// The watched process has exited.
     pub exited: bool,
 }
 
 impl SeqPacket {
-    /// Waits until a message (or the peer's close) waits on the socket or
-    /// `process` has exited; both may be true.
-    pub fn wait_with(&self, process: &PidFd) -> io::Result<Readiness> {
-        let mut fds = [self.0.as_raw_fd(), process.0.as_raw_fd()].map(|fd| libc::pollfd {
-            fd,
+    /// Waits until a message (or the peer's close) waits on the socket, the
+    /// socket has room (when `room` is asked for), `process` has exited, or
+    /// `timeout` has passed (`None`: no limit); several may be true, none
+    /// after the timeout.
+    pub fn wait(
+        &self,
+        room: bool,
+        process: Option<&PidFd>,
+        timeout: Option<Duration>,
+    ) -> io::Result<Readiness> {
+        let socket = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN | if room { libc::POLLOUT } else { 0 },
+            revents: 0,
+        };
+        let watched = libc::pollfd {
+            fd: process.map_or(-1, |p| p.0.as_raw_fd()),
             events: libc::POLLIN,
             revents: 0,
+        };
+        let mut fds = [socket, watched];
+        let nfds = if process.is_some() { 2 } else { 1 };
+        // Rounded up: a wait cut to 0 ms would spin until the deadline.
+        let millis = timeout.map_or(-1, |t| {
+            libc::c_int::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX)
         });
         loop {
-            // SAFETY: `fds` is an array of two valid pollfds; no timeout.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            // SAFETY: `fds` holds `nfds` (at most 2) valid pollfds.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), nfds, millis) };
             if rc >= 0 {
                 // POLLHUP or POLLERR: the next recv says what happened.
-                let ready = |p: &libc::pollfd| p.revents != 0;
+                let readable = libc::POLLIN | libc::POLLHUP | libc::POLLERR;
                 return Ok(Readiness {
-                    socket: ready(&fds[0]),
-                    exited: ready(&fds[1]),
+                    socket: fds[0].revents & readable != 0,
+                    writable: fds[0].revents & libc::POLLOUT != 0,
+                    exited: fds[1].revents != 0,
                 });
             }
             let e = io::Error::last_os_error();

@@ -43,3 +43,5 @@ impl Switch {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_server;

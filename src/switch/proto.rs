@@ -14,6 +14,12 @@ use crate::wire::{MAD_SIZE, Mad};
 pub const VERSION: u16 = 1;
 /// The longest message: a registration answer with full tables.
 pub const MAX_MESSAGE: usize = 64 * 1024;
+/// The longest message a process sends: a `Send`, its header (4 bytes),
+/// port (1), address (29: DLID, SL, P_Key index, GRH flag, DGID, SGID
+/// index, hop limit, traffic class, flow label) and MAD. (A `Register` with
+/// the longest device name takes 74.) The daemon's receive slots are this
+/// long: a longer message is no message of this version.
+pub const MAX_TO_DAEMON: usize = 4 + 1 + 29 + MAD_SIZE;
 /// At most this many P_Keys and GIDs per port cross the socket.
 const MAX_TABLE: usize = 256;
 /// Longest device name (`IB_DEVICE_NAME_MAX`).

@@ -1,15 +1,22 @@
-//! The daemon's side of the socket: one thread per connected process reads
-//! its messages and hands them to the [`Switch`]; the accept loop starts
-//! them. A process's connection ends when it closes its socket (exit, crash,
+//! The daemon's side of the socket: the accept loop counts each connection
+//! against its user's quota and starts a thread for it, which reads the
+//! process's messages and hands them to the [`Switch`]. Nothing a process
+//! does holds that thread or the accept loop: answers wait in a bounded
+//! queue when its socket is full, a connection unregistered at its deadline
+//! is closed, and an idle one holds a slot of receive buffer. A process's
+//! connection ends when it closes its socket (exit, crash,
 //! `ibcm_close_device`), or when it exits while a child it forked holds the
 //! socket: then it is unregistered.
 
+use std::collections::VecDeque;
+use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use super::proto::{DeviceInfo, MAX_MESSAGE, ToClient, ToDaemon};
-use super::routing::{ClientId, Switch};
-use crate::ffi::seqpacket::{PeerCred, PidFd, SeqPacket};
+use super::proto::{DeviceInfo, MAX_TO_DAEMON, ToClient, ToDaemon};
+use super::routing::{ClientId, Switch, SwitchCounter};
+use crate::ffi::seqpacket::{PeerCred, PidFd, Readiness, SeqPacket};
 use crate::ibcm_log;
 use crate::transport::IdSlice;
 use crate::transport::batch::BURST;
@@ -21,134 +28,285 @@ use crate::transport::batch::BURST;
 /// about 160). No more: it is the daemon's kernel memory, which a process
 /// that never reads keeps full (16 MiB here held 26,000 MADs, 32 MiB, for
 /// each such process).
-const CLIENT_SEND_BUFFER: usize = 1 << 20;
-/// How long a connection may stay without registering: each holds a thread
-/// and a file descriptor of the daemon's, and connections that never
-/// register would otherwise pile up until accept fails (EMFILE) for every
-/// process.
-const REGISTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+pub(super) const CLIENT_SEND_BUFFER: usize = 1 << 20;
+/// How many answers (`Registered`, `Listened`, `Stats`) may wait for room in
+/// a process's socket; one more and the process is disconnected as stalled.
+/// They wait only when its send buffer is full already (hundreds to
+/// thousands of messages it has not read), and a process asks one question
+/// per thread at a time (a Listen waits for its answer, `ibcmd --stats`
+/// asks once): 64 is 64 threads listening at once on a process that reads
+/// slowly, and at most some 25 KiB of the daemon's memory (a Stats answer
+/// takes about 400 bytes, a Listened 20).
+pub(super) const REPLY_QUEUE: usize = 64;
+/// The stack of a client thread. What it runs (decoding, routing under the
+/// lock, a MAD sent, a log line) ran within 16 KiB, the smallest stack a
+/// thread gets, through every test of the switch in a debug build; a thread
+/// touches only the pages it uses, so an idle one costs a few either way,
+/// and 256 KiB leaves room for what routing may become.
+pub(super) const CLIENT_STACK: usize = 256 * 1024;
 
 impl Switch {
     /// Accepts connections on `listener` until it fails (closed), each served
-    /// on its own thread.
+    /// on its own thread: the loop itself never waits for a process.
     pub fn accept_loop(self: &Arc<Self>, listener: &SeqPacket) {
         loop {
             let conn = match listener.accept() {
                 Ok(conn) => conn,
                 Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    ibcm_log!(Error, "ibcmd: cannot accept a connection: {e}");
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    static OUT_OF_FILES: AtomicU64 = AtomicU64::new(0);
+                    if let Some(n) = doubled(&OUT_OF_FILES) {
+                        ibcm_log!(Error, "ibcmd: cannot accept a connection: {e} ({n} so far)");
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
                 Err(_) => return,
             };
-            let me = self.clone();
-            let spawned = std::thread::Builder::new()
-                .name("ibcmd-client".into())
-                .spawn(move || me.serve(conn));
-            if let Err(e) = spawned {
-                ibcm_log!(Error, "ibcmd: cannot start a client thread: {e}");
+            // A peer of unknown credentials counts against no quota: closed.
+            let Ok(cred) = conn.peer_cred() else { continue };
+            self.start_client(conn, cred);
+        }
+    }
+
+    /// Counts the connection of the process `cred` says against its user's
+    /// quota and serves it on a thread of its own; closes it at once when
+    /// the user holds its quota of connections, or no thread starts.
+    pub(super) fn start_client(self: &Arc<Self>, conn: SeqPacket, cred: PeerCred) {
+        let accepted = Instant::now();
+        let Some(admitted) = self.admit(cred.uid) else {
+            self.count_loss(SwitchCounter::OverQuota, || {
+                format!(
+                    "process {} (uid {}) refused a connection: its user holds {} connections \
+                     to the socket, its quota",
+                    cred.pid,
+                    cred.uid,
+                    self.config().quotas.connections
+                )
+            });
+            return;
+        };
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ibcmd-client".into())
+            .stack_size(CLIENT_STACK)
+            .spawn(move || {
+                // Counted until the connection ends.
+                let _admitted = admitted;
+                me.serve_from(conn, cred, accepted);
+            });
+        if let Err(e) = spawned {
+            static NO_THREAD: AtomicU64 = AtomicU64::new(0);
+            if let Some(n) = doubled(&NO_THREAD) {
+                ibcm_log!(
+                    Error,
+                    "ibcmd: cannot start a client thread, its connection is closed: {e} ({n} so far)"
+                );
             }
         }
     }
 
-    /// Serves one connection until it closes.
+    /// Serves one connection until it closes (no quota: tests).
     pub fn serve(self: &Arc<Self>, conn: SeqPacket) {
         let cred = conn.peer_cred().unwrap_or_default();
         self.serve_as(conn, cred);
     }
 
-    /// Serves one connection of the process `cred` says.
+    /// Serves one connection of the process `cred` says (no quota: tests).
     pub(super) fn serve_as(self: &Arc<Self>, conn: SeqPacket, cred: PeerCred) {
-        conn.set_send_buffer(CLIENT_SEND_BUFFER);
-        let conn = Arc::new(conn);
-        if conn.set_recv_timeout(Some(REGISTER_DEADLINE)).is_err() {
-            return;
-        }
-        let mut buf = vec![0u8; MAX_MESSAGE * BURST];
-        let mut lens = [0usize; BURST];
-        let mut client: Option<ClientId> = None;
-        let mut process: Option<Watch> = None;
-        'connection: loop {
-            match process.as_mut().map(|w| w.next(&conn)) {
-                Some(Next::Message) | None => {}
-                Some(Next::Gone) => {
-                    ibcm_log!(
-                        Info,
-                        "ibcmd: process {} (uid {}) exited while another process (a child \
-                         it forked) holds its socket: unregistered",
-                        cred.pid,
-                        cred.uid
-                    );
-                    break;
-                }
-            }
-            // A registered process's messages in bursts: 1,000 REQs cost a
-            // poll and a recvmmsg per BURST of them, not a poll and a recv
-            // each. Before registration, and once the process has exited, a
-            // message at a time: the registration's deadline applies, and
-            // each message after the exit counts against MESSAGES_AFTER_EXIT.
-            let received = if process.as_ref().is_some_and(Watch::running) {
-                conn.recv_burst(&mut buf, MAX_MESSAGE, &mut lens, true)
-            } else {
-                conn.recv(&mut buf[..MAX_MESSAGE]).map(|n| {
-                    lens[0] = n;
-                    1
-                })
-            };
-            let Ok(count) = received else { break };
-            for (slot, &n) in buf.chunks(MAX_MESSAGE).zip(&lens[..count]) {
-                if n == 0 || n > MAX_MESSAGE {
-                    break 'connection; // closed, or not ours: too long
-                }
-                let Ok(msg) = ToDaemon::decode(&slot[..n]) else {
-                    ibcm_log!(
-                        Warn,
-                        "ibcmd: process {} (uid {}) sent a malformed message: disconnected",
-                        cred.pid,
-                        cred.uid
-                    );
-                    break 'connection;
-                };
-                if !self.handle(&conn, cred, &mut client, msg) {
-                    break 'connection;
-                }
-            }
-            if client.is_some() && process.is_none() {
-                match Watch::of(cred) {
-                    Some(watch) => process = Some(watch),
-                    None => break, // exited already
-                }
-            }
-        }
-        if let Some(c) = client {
-            self.unregister(c);
-        }
-        conn.shutdown();
+        self.serve_from(conn, cred, Instant::now());
     }
 
-    /// One message of a process; false ends its connection.
-    fn handle(
-        self: &Arc<Self>,
-        conn: &Arc<SeqPacket>,
-        cred: crate::ffi::seqpacket::PeerCred,
-        client: &mut Option<ClientId>,
-        msg: ToDaemon,
-    ) -> bool {
-        let reply = match (msg, *client) {
+    /// Serves one connection, accepted at `accepted`, until it ends.
+    fn serve_from(self: &Arc<Self>, conn: SeqPacket, cred: PeerCred, accepted: Instant) {
+        conn.set_send_buffer(CLIENT_SEND_BUFFER);
+        let mut session = Session {
+            switch: self,
+            conn: Arc::new(conn),
+            cred,
+            deadline: accepted.checked_add(self.config().register_deadline),
+            client: None,
+            device: String::new(),
+            process: None,
+            replies: Replies::default(),
+        };
+        session.run();
+        if let Some(c) = session.client {
+            self.unregister(c);
+        }
+        session.conn.shutdown();
+    }
+}
+
+/// Counts one more failure in `count`: its number when it is the 1st, 2nd,
+/// 4th, 8th…, the times to say so, as `Switch::count_loss` does: a daemon
+/// out of descriptors or threads does not fill its log too.
+fn doubled(count: &AtomicU64) -> Option<u64> {
+    let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+    n.is_power_of_two().then_some(n)
+}
+
+/// One connection being served.
+struct Session<'a> {
+    switch: &'a Arc<Switch>,
+    conn: Arc<SeqPacket>,
+    cred: PeerCred,
+    /// Until it registers: when the connection is closed unregistered
+    /// (`None`: a deadline beyond what the clock holds, never).
+    deadline: Option<Instant>,
+    client: Option<ClientId>,
+    /// The device it registered for.
+    device: String,
+    process: Option<Watch>,
+    replies: Replies,
+}
+
+/// What a process's message asks of its connection.
+enum Outcome {
+    Answer(ToClient),
+    Nothing,
+    End,
+}
+
+impl Session<'_> {
+    /// Serves the connection until it ends.
+    fn run(&mut self) {
+        let mut inbox = Inbox::new();
+        loop {
+            let Some(ready) = self.wait() else { return };
+            if ready.writable && self.replies.flush(&self.conn).is_err() {
+                return;
+            }
+            if self.process.as_mut().is_some_and(|w| w.gone(ready)) {
+                ibcm_log!(
+                    Info,
+                    "ibcmd: process {} (uid {}) exited while another process (a child \
+                     it forked) holds its socket: unregistered",
+                    self.cred.pid,
+                    self.cred.uid
+                );
+                return;
+            }
+            if !ready.socket {
+                continue;
+            }
+            // A registered process's messages in bursts: 1,000 REQs cost a
+            // poll and a recvmmsg per burst of them, not a poll and a recv
+            // each. Before registration, and once the process has exited, a
+            // message at a time: each message after the exit counts against
+            // MESSAGES_AFTER_EXIT.
+            let burst = self.process.as_ref().is_some_and(Watch::running);
+            let count = match inbox.recv(&self.conn, burst) {
+                Ok(count) => count,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return,
+            };
+            for msg in inbox.messages(count) {
+                if !self.take(msg) {
+                    return;
+                }
+            }
+            if self.client.is_some() && self.process.is_none() {
+                match Watch::of(self.cred) {
+                    Some(watch) => self.process = Some(watch),
+                    None => return, // exited already
+                }
+            }
+        }
+    }
+
+    /// Waits for a message, room for the answers waiting, or the process's
+    /// exit; `None` when the connection is still unregistered at its
+    /// deadline (counted), which no message moves.
+    fn wait(&self) -> Option<Readiness> {
+        let timeout = match (self.client, self.deadline) {
+            (Some(_), _) | (None, None) => None,
+            (None, Some(deadline)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    self.switch.count_loss(SwitchCounter::RegisterTimeout, || {
+                        format!(
+                            "process {} (uid {}) did not register within {:?}: disconnected",
+                            self.cred.pid,
+                            self.cred.uid,
+                            self.switch.config().register_deadline
+                        )
+                    });
+                    return None;
+                }
+                Some(left)
+            }
+        };
+        let pidfd = self.process.as_ref().and_then(Watch::pidfd);
+        match self.conn.wait(self.replies.waiting(), pidfd, timeout) {
+            Ok(ready) => Some(ready),
+            Err(_) => {
+                // poll failed (ENOMEM): again shortly; the deadline holds.
+                std::thread::sleep(Duration::from_millis(10));
+                Some(Readiness::default())
+            }
+        }
+    }
+
+    /// One received message (`None`: longer than any the daemon takes); false
+    /// ends the connection.
+    fn take(&mut self, msg: Option<&[u8]>) -> bool {
+        let Some(bytes) = msg.filter(|b| !b.is_empty()) else {
+            return false; // closed, or not ours: too long
+        };
+        let Ok(msg) = ToDaemon::decode(bytes) else {
+            ibcm_log!(
+                Warn,
+                "ibcmd: process {} (uid {}) sent a malformed message: disconnected",
+                self.cred.pid,
+                self.cred.uid
+            );
+            return false;
+        };
+        match self.handle(msg) {
+            Outcome::Answer(reply) => self.reply(&reply),
+            Outcome::Nothing => true,
+            Outcome::End => false,
+        }
+    }
+
+    /// Sends `reply` when the socket has room, else queues it; false when
+    /// the process lets the queue fill (disconnected, counted) or is gone.
+    fn reply(&mut self, reply: &ToClient) -> bool {
+        match self.replies.push(&self.conn, reply.encode()) {
+            Ok(()) => true,
+            Err(Stall::Closed) => false,
+            Err(Stall::Full) => {
+                let on = if self.device.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on {}", self.device)
+                };
+                self.switch.count_loss(SwitchCounter::ClientStalled, || {
+                    format!(
+                        "process {} (uid {}){on} does not read its socket, {REPLY_QUEUE} \
+                         answers wait for it: disconnected",
+                        self.cred.pid, self.cred.uid
+                    )
+                });
+                false
+            }
+        }
+    }
+
+    /// One message of the process.
+    fn handle(&mut self, msg: ToDaemon) -> Outcome {
+        let switch = self.switch;
+        Outcome::Answer(match (msg, self.client) {
             (ToDaemon::Register { device, .. }, None) => {
-                let answer = match self.register(conn.clone(), cred, &device) {
-                    Ok((id, slice, device)) => {
-                        *client = Some(id);
-                        // Registered: it may stay idle as long as it lives.
-                        if conn.set_recv_timeout(None).is_err() {
-                            return false;
-                        }
+                match switch.register(self.conn.clone(), self.cred, &device) {
+                    Ok((id, slice, info)) => {
+                        self.client = Some(id);
+                        self.device = device;
                         ToClient::Registered {
                             status: 0,
                             slice,
-                            device,
+                            device: info,
                         }
                     }
                     Err(e) => ToClient::Registered {
@@ -156,8 +314,7 @@ impl Switch {
                         slice: IdSlice::default(),
                         device: DeviceInfo::default(),
                     },
-                };
-                Some(answer)
+                }
             }
             (
                 ToDaemon::Listen {
@@ -167,7 +324,7 @@ impl Switch {
                     port,
                 },
                 Some(c),
-            ) => Some(match self.listen(c, service_id, mask, port) {
+            ) => match switch.listen(c, service_id, mask, port) {
                 Ok(service_id) => ToClient::Listened {
                     seq,
                     status: 0,
@@ -178,28 +335,124 @@ impl Switch {
                     status: -e.0,
                     service_id,
                 },
-            }),
+            },
             (ToDaemon::Unlisten { service_id }, Some(c)) => {
-                self.unlisten(c, service_id);
-                None
+                switch.unlisten(c, service_id);
+                return Outcome::Nothing;
             }
             (ToDaemon::Send { port, addr, mad }, Some(c)) => {
                 // Refused MADs are counted (and spoofed ones logged); the
                 // process learns nothing, as from a lost MAD.
-                let _ = self.outbound(c, port, &addr, &mad);
-                None
+                let _ = switch.outbound(c, port, &addr, &mad);
+                return Outcome::Nothing;
             }
-            (ToDaemon::Stats { seq }, _) => Some(ToClient::Stats {
+            (ToDaemon::Stats { seq }, _) => ToClient::Stats {
                 seq,
-                counters: self.counters(),
-            }),
+                counters: switch.counters(),
+            },
             // A second registration, or anything before the first.
-            _ => return false,
-        };
-        match reply {
-            Some(r) => conn.send(&r.encode(), true).is_ok(),
-            None => true,
+            _ => return Outcome::End,
+        })
+    }
+}
+
+/// Why answers cannot go on.
+#[derive(Debug, PartialEq, Eq)]
+enum Stall {
+    /// The process let [`REPLY_QUEUE`] answers wait.
+    Full,
+    /// Its socket failed (closed).
+    Closed,
+}
+
+/// The answers to a process its socket had no room for, oldest first: sent
+/// when the socket has room again, before any later answer. (The MADs
+/// routing hands to the process go to its socket directly, and are lost
+/// when it is full, as in a full receive queue: one may pass an answer
+/// that waits, as it may pass one being sent.)
+#[derive(Default)]
+struct Replies(VecDeque<Vec<u8>>);
+
+impl Replies {
+    fn waiting(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// Sends `reply` after those waiting, as far as the socket takes them.
+    fn push(&mut self, conn: &SeqPacket, reply: Vec<u8>) -> Result<(), Stall> {
+        self.0.push_back(reply);
+        self.flush(conn)?;
+        if self.0.len() > REPLY_QUEUE {
+            return Err(Stall::Full);
         }
+        Ok(())
+    }
+
+    /// Sends the answers waiting, oldest first, until the socket is full.
+    fn flush(&mut self, conn: &SeqPacket) -> Result<(), Stall> {
+        while let Some(reply) = self.0.front() {
+            match conn.send(reply, false) {
+                Ok(()) => {
+                    self.0.pop_front();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return Err(Stall::Closed),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The receive area of a connection: slots of [`MAX_TO_DAEMON`] bytes, the
+/// longest message a process sends. One to start with, doubled (up to
+/// [`BURST`]) each time a burst fills them all: an idle connection holds
+/// 290 bytes, a busy one what its bursts need, at most 64 × 290 (18 KiB).
+pub(super) struct Inbox {
+    buf: Vec<u8>,
+    lens: Vec<usize>,
+    /// The last burst filled every slot.
+    filled: bool,
+}
+
+impl Inbox {
+    pub(super) fn new() -> Self {
+        Self {
+            buf: vec![0; MAX_TO_DAEMON],
+            lens: vec![0],
+            filled: false,
+        }
+    }
+
+    pub(super) fn slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Takes what waits on `conn`, without waiting: as many messages as it
+    /// has slots when `burst`, else one. `WouldBlock` when none waits.
+    pub(super) fn recv(&mut self, conn: &SeqPacket, burst: bool) -> io::Result<usize> {
+        if burst && self.filled && self.slots() < BURST {
+            let slots = (2 * self.slots()).min(BURST);
+            self.buf.resize(slots * MAX_TO_DAEMON, 0);
+            self.lens.resize(slots, 0);
+        }
+        let slots = if burst { self.slots() } else { 1 };
+        let count = conn.recv_burst(
+            &mut self.buf[..slots * MAX_TO_DAEMON],
+            MAX_TO_DAEMON,
+            &mut self.lens[..slots],
+            false,
+        )?;
+        self.filled = burst && count == slots;
+        Ok(count)
+    }
+
+    /// The `count` messages the last `recv` took, in order: `None` for one
+    /// longer than a slot (cut), empty for the peer's close.
+    pub(super) fn messages(&self, count: usize) -> impl Iterator<Item = Option<&[u8]>> {
+        self.buf
+            .chunks(MAX_TO_DAEMON)
+            .zip(&self.lens[..count])
+            .map(|(slot, &n)| slot.get(..n))
     }
 }
 
@@ -220,14 +473,6 @@ enum Watch {
     },
     /// No pidfd: the socket alone.
     Socket,
-}
-
-/// What the connection does next.
-enum Next {
-    /// Read a message (one waits, or the socket closed).
-    Message,
-    /// The process has exited and none of its messages is left.
-    Gone,
 }
 
 /// What a dead process still queued is handled (its last DREQs, sent just
@@ -269,20 +514,26 @@ impl Watch {
         }
     }
 
-    /// Waits for a message of the process or its exit. A message still
-    /// queued comes first (a process's socket has both when it exits).
-    fn next(&mut self, conn: &SeqPacket) -> Next {
-        let Watch::Process { pidfd, after_exit } = self else {
-            return Next::Message;
-        };
-        match conn.wait_with(pidfd) {
-            Ok(r) if r.exited && (!r.socket || *after_exit >= MESSAGES_AFTER_EXIT) => Next::Gone,
-            Ok(r) => {
-                *after_exit += usize::from(r.exited);
-                Next::Message
-            }
-            // poll failed (ENOMEM): the socket alone, as without a pidfd.
-            Err(_) => Next::Message,
+    /// The pidfd to wait on with the socket, if any.
+    fn pidfd(&self) -> Option<&PidFd> {
+        match self {
+            Watch::Process { pidfd, .. } => Some(pidfd),
+            Watch::Socket => None,
         }
+    }
+
+    /// Whether the process has exited and none of its messages is left (or
+    /// it has sent [`MESSAGES_AFTER_EXIT`] since), after a wait that saw
+    /// `ready`. A message still queued comes first (a process's socket has
+    /// both when it exits).
+    fn gone(&mut self, ready: Readiness) -> bool {
+        let Watch::Process { after_exit, .. } = self else {
+            return false;
+        };
+        if ready.exited && (!ready.socket || *after_exit >= MESSAGES_AFTER_EXIT) {
+            return true;
+        }
+        *after_exit += usize::from(ready.exited);
+        false
     }
 }
