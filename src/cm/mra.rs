@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Locked};
-use super::path::convert_to_ms;
+use super::path::{convert_to_ms, iba_time};
 use super::recv::Received;
 use super::send::send_untracked;
 use super::tables::tables;
@@ -100,13 +100,14 @@ pub fn send_mra(id: &Arc<CmIdPriv>, service_timeout: u8, private_data: Option<&[
 }
 
 /// `cm_format_mra()`: an MRA for the message `mraed`. The service timeout
-/// field is 5 bits wide: higher bits (the delay flag) are dropped.
+/// field is 5 bits wide: the delay flag is dropped, and a timeout above 31
+/// goes as 31 (the kernel sends its low 5 bits: 32 would be 0).
 fn format_mra_with(l: &Locked, mraed: MsgResponse, service_timeout: u8, pd: &[u8]) -> Mad {
     let mra = Mra {
         local_comm_id: l.inner.local_id,
         remote_comm_id: l.inner.remote_id,
         message_mraed: mraed,
-        service_timeout,
+        service_timeout: iba_time(service_timeout & !IB_CM_MRA_FLAG_DELAY),
         private_data: super::pd_array(pd),
     };
     mra.encode(l.inner.tid)

@@ -29,9 +29,35 @@ pub struct Path {
     pub rec_type: i32,
 }
 
-/// `cm_convert_to_ms()`: 4.096 µs · 2^t, approximated as the kernel does.
-pub fn convert_to_ms(iba_time: u8) -> u32 {
-    1u32 << (i32::from(iba_time) - 8).clamp(0, 31)
+/// The largest IBA time value (4.096 µs · 2^31): every time field of a CM
+/// message and of a QP's attributes is 5 bits wide.
+pub const MAX_IBA_TIME: u8 = 31;
+
+/// An IBA time value as a 5-bit field holds it. A larger one (a path record's
+/// packet lifetime is 6 bits, a caller's fields are bytes) saturates at 31
+/// instead of wrapping to its low bits, as the kernel's would.
+pub fn iba_time(t: u8) -> u8 {
+    t.min(MAX_IBA_TIME)
+}
+
+/// `cm_convert_to_ms()`: 4.096 µs · 2^t, approximated as the kernel does
+/// (`1 << max(t - 8, 0)`), with t saturated at 31: at most 2^23 ms (about
+/// 2 h 20 min). The kernel shifts by the raw value, undefined from 39 on.
+pub fn convert_to_ms(t: u8) -> u32 {
+    1 << iba_time(t).saturating_sub(8)
+}
+
+/// `ib_send_cm_req()`'s retransmission interval: twice the primary path's
+/// packet lifetime plus the remote CM response timeout, at most 3 · 2^23 ms
+/// (the kernel's int overflows from a lifetime of 38 on).
+pub fn req_timeout_ms(packet_life_time: u8, remote_cm_response_timeout: u8) -> u32 {
+    2 * convert_to_ms(packet_life_time) + convert_to_ms(remote_cm_response_timeout)
+}
+
+/// `cm_init_av_by_path()`'s ACK timeout: the path's packet lifetime + 1,
+/// saturated at 31 (the kernel's u8 sum wraps: 255 gives 0, "no timeout").
+pub fn av_timeout(packet_life_time: u8) -> u8 {
+    iba_time(packet_life_time.saturating_add(1))
 }
 
 /// `cm_ack_timeout()`: the local ACK timeout from the peer's CA ACK delay and
@@ -44,7 +70,7 @@ pub fn ack_timeout(ca_ack_delay: u8, packet_life_time: u8) -> u8 {
     } else {
         ack = delay + u32::from(ack >= delay - 1);
     }
-    ack.min(31) as u8
+    ack.min(u32::from(MAX_IBA_TIME)) as u8
 }
 
 #[cfg(test)]

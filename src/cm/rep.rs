@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::event::{CmEvent, EventParam, RepRcvd};
 use super::id::CmIdPriv;
 use super::mra::format_mra;
-use super::path::ack_timeout;
+use super::path::{ack_timeout, iba_time};
 use super::recv::Received;
 use super::rej::issue_rej;
 use super::send::{cancel_msg, send_tracked};
@@ -54,7 +54,7 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
         vendor_id: p.ece.0 & 0x00ff_ffff,
         starting_psn: p.starting_psn & 0x00ff_ffff,
         responder_resources: p.responder_resources,
-        target_ack_delay: id.device.ack_delay,
+        target_ack_delay: iba_time(id.device.ack_delay),
         failover_accepted: p.failover_accepted & 0x3,
         rnr_retry_count: p.rnr_retry_count & 0x7,
         local_ca_guid: id.device.node_guid,

@@ -7,7 +7,10 @@ use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::lap::on_roce_port;
 use super::mra::format_mra;
-use super::path::{LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, convert_to_ms};
+use super::path::{
+    LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, av_timeout, convert_to_ms, iba_time,
+    req_timeout_ms,
+};
 use super::recv::Received;
 use super::rej::{format_rej, issue_rej, send_rej_locked};
 use super::send::{form_tid, send_tracked};
@@ -110,7 +113,7 @@ pub(super) fn av_from_path(port: &Port, path: &Path) -> Av {
             traffic_class: path.traffic_class,
             flow_label: path.flow_label,
         },
-        timeout: path.packet_life_time.saturating_add(1).min(31),
+        timeout: av_timeout(path.packet_life_time),
         rate: path.rate,
     }
 }
@@ -167,8 +170,10 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
         l.inner.alt_av = alt_av;
     }
     l.set_service_id(p.service_id);
-    l.inner.timeout_ms = 2 * convert_to_ms(p.primary_path.packet_life_time)
-        + convert_to_ms(p.remote_cm_response_timeout);
+    l.inner.timeout_ms = req_timeout_ms(
+        p.primary_path.packet_life_time,
+        p.remote_cm_response_timeout,
+    );
     l.inner.max_cm_retries = p.max_cm_retries;
     l.inner.initiator_depth = p.initiator_depth;
     l.inner.responder_resources = p.responder_resources;
@@ -188,11 +193,12 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
         local_qpn: p.qp_num & 0x00ff_ffff,
         responder_resources: if xrc { 0 } else { p.responder_resources },
         initiator_depth: p.initiator_depth,
-        remote_cm_response_timeout: p.remote_cm_response_timeout & 0x1f,
+        // Above 31: 31, the value the interval above counts, not the low bits.
+        remote_cm_response_timeout: iba_time(p.remote_cm_response_timeout),
         transport_service_type: transport,
         end_to_end_flow_control: p.flow_control,
         starting_psn: p.starting_psn & 0x00ff_ffff,
-        local_cm_response_timeout: p.local_cm_response_timeout & 0x1f,
+        local_cm_response_timeout: iba_time(p.local_cm_response_timeout),
         retry_count: if xrc { 0 } else { p.retry_count & 0x7 },
         pkey: p.primary_path.pkey,
         path_mtu: p.primary_path.mtu & 0xf,
@@ -384,7 +390,7 @@ pub fn req_handler(work: Received) {
     l.inner.av = Av {
         port_num: work.port,
         addr: work.addr,
-        timeout: primary_path.packet_life_time.saturating_add(1).min(31),
+        timeout: av_timeout(primary_path.packet_life_time),
         rate: primary_path.rate,
     };
     // Once the id knows its peer and port (for the log line).

@@ -22,6 +22,7 @@ mod hostile_lifecycle;
 mod lap;
 mod lifecycle;
 mod logging;
+mod saturate;
 mod sidr;
 mod switched;
 mod teardown;
@@ -203,7 +204,11 @@ impl Pair {
     }
 
     pub fn open(b: Arc<Device>) -> Self {
-        let a = super::open_device(&loop_name()).unwrap();
+        Self::open_both(super::open_device(&loop_name()).unwrap(), b)
+    }
+
+    /// Like `open`, with A's device given too.
+    pub fn open_both(a: Arc<Device>, b: Arc<Device>) -> Self {
         let rec = Arc::new(Recorder::default());
         rec.on(
             IB_CM_REQ_RECEIVED,
