@@ -180,12 +180,15 @@ soak: stage
 	  IBCM_STRESS_SECONDS=$(IBCM_STRESS_SECONDS) $(TSAN_TEST) -- --ignored cm::tests::lifecycle; \
 	else echo "soak: no nightly toolchain with rust-src here, TSan part skipped"; fi
 
-# A short run of the cargo-fuzz targets (MAD decoding; the receive path with
-# connections in every state): FUZZ_SECONDS each, failing on any finding.
+# A short run of the cargo-fuzz targets, failing on any finding: MAD decoding
+# and the receive path with connections in every state, FUZZ_SECONDS each;
+# ibcmd's routing between tenants against the matching rule, FUZZ_SWITCH_RUNS
+# executions (10^6, issue 30's bar: about 2.5 min here).
 FUZZ_SECONDS ?= 30
+FUZZ_SWITCH_RUNS ?= 1000000
 fuzz:
 	@if cargo +nightly --version >/dev/null 2>&1 || [ -n "$${RUSTC_BOOTSTRAP:-}" ]; then \
-	  bash fuzz/run.sh $(FUZZ_SECONDS); \
+	  SWITCH_RUNS=$(FUZZ_SWITCH_RUNS) bash fuzz/run.sh $(FUZZ_SECONDS); \
 	else echo "fuzz: no nightly toolchain here, skipped"; fi
 
 # The engine tests share one worker thread and some count retransmissions of

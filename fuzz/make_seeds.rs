@@ -7,7 +7,13 @@
 //!   a few the codec must refuse (short, bad header, reserved values);
 //! - `corpus/receive/`: inputs of the `receive` target's format
 //!   (`ib_cm_fuzz::format`): each message aimed at the connection states
-//!   whose handler branches it exercises, with the IDs patched in.
+//!   whose handler branches it exercises, with the IDs patched in;
+//! - `corpus/switch/`: scripts of the `switch` target's format
+//!   (`ib_cm_fuzz::switch::Script`): each connection flow through the daemon
+//!   (passive and active side, REJ, SIDR, SA query, stateless answers, a
+//!   tenant leaving), and the hijacks of issue 30 that the daemon must drop
+//!   (another tenant's REP, REJ and MRA for a REQ routed elsewhere, a REP to
+//!   another address or a second REP, a second SIDR_REP).
 //!
 //! Run from fuzz/: `cargo run --example make_seeds` (replaces both
 //! directories' contents). Deterministic: the same files every time.
@@ -20,6 +26,7 @@ use ib_cm::wire::{
     TransportType, attr,
 };
 use ib_cm_fuzz::format::*;
+use ib_cm_fuzz::switch::{Attr, Id, MadSpec, Op, Script, Service};
 
 const GUID_A: u64 = 0x0002_c903_00ab_000b;
 const GUID_B: u64 = 0x0002_c903_00ab_000c;
@@ -741,11 +748,400 @@ fn receive_seeds(dir: &Path) {
     }
 }
 
+/// A CM MAD of `attr_id` with MessageX `x`.
+fn cm_x(attr_id: u16, x: u8, local: Id, remote: Id) -> MadSpec {
+    MadSpec {
+        message_x: x,
+        ..MadSpec::cm(attr_id, local, remote)
+    }
+}
+
+fn cm(attr_id: u16, local: Id, remote: Id) -> MadSpec {
+    MadSpec::cm(attr_id, local, remote)
+}
+
+fn send(who: u8, addr: u8, mad: MadSpec) -> Op {
+    Op::Send {
+        who,
+        port: 1,
+        addr,
+        mad,
+    }
+}
+
+fn from_wire(addr: u8, mad: MadSpec) -> Op {
+    Op::Inbound {
+        who: 0,
+        port: 1,
+        addr,
+        mad,
+    }
+}
+
+fn listen(who: u8, service: Service) -> Op {
+    Op::Listen {
+        who,
+        service,
+        port: 0,
+        masked: false,
+    }
+}
+
+/// The remote host's comm ID of its REQ / SIDR_REQ.
+const PEER_ID: Id = Id::Raw(0x1111_2222);
+
+/// A REQ for service `SERVICES[0]` arrives from address 0, for tenant 0
+/// that listens on it.
+fn req_to_tenant_0() -> Vec<Op> {
+    vec![
+        listen(0, Service::Known(0)),
+        from_wire(0, cm(attr::REQ, PEER_ID, Id::Zero)),
+    ]
+}
+
+fn script(tenants: usize, ops: Vec<Op>) -> Script {
+    Script {
+        tenants,
+        devices: 1,
+        ops,
+    }
+}
+
+fn switch_seeds(dir: &Path) {
+    let own = Id::Own(1);
+    let peer_req = Id::Delivered(0);
+    let rej = |x: u8, local: Id, reason: u16| MadSpec {
+        reason,
+        ..cm_x(attr::REJ, x, local, peer_req)
+    };
+    let seeds: Vec<(&str, Script)> = vec![
+        (
+            "passive-connect-disconnect",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        send(0, 0, cm_x(attr::MRA, 0, own, peer_req)),
+                        send(0, 0, cm(attr::REP, own, peer_req)),
+                        from_wire(0, cm(attr::RTU, PEER_ID, own)),
+                        send(0, 0, cm(attr::DREQ, own, peer_req)),
+                        from_wire(0, cm(attr::DREP, PEER_ID, own)),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "active-connect-disconnect",
+            script(
+                2,
+                vec![
+                    send(1, 1, cm(attr::REQ, Id::Own(2), Id::Zero)),
+                    from_wire(1, cm(attr::MRA, Id::Raw(0x3333_4444), Id::Tenant(1, 2))),
+                    from_wire(1, cm(attr::REP, Id::Raw(0x3333_4444), Id::Tenant(1, 2))),
+                    send(1, 1, cm(attr::RTU, Id::Own(2), Id::Raw(0x3333_4444))),
+                    from_wire(1, cm(attr::DREQ, Id::Raw(0x3333_4444), Id::Tenant(1, 2))),
+                    send(1, 1, cm(attr::DREP, Id::Own(2), Id::Raw(0x3333_4444))),
+                ],
+            ),
+        ),
+        (
+            "passive-reject",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        send(0, 0, rej(0, Id::Zero, 28)),
+                        // Rejected: no REP for it after.
+                        send(0, 0, cm(attr::REP, own, peer_req)),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "passive-reject-after-mra",
+            script(
+                3,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        send(0, 0, cm_x(attr::MRA, 0, own, peer_req)),
+                        send(0, 0, rej(0, own, 28)),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "sidr",
+            script(
+                2,
+                vec![
+                    listen(1, Service::Known(1)),
+                    from_wire(
+                        2,
+                        MadSpec {
+                            service: Service::Known(1),
+                            ..cm(attr::SIDR_REQ, PEER_ID, Id::Zero)
+                        },
+                    ),
+                    send(1, 2, cm(attr::SIDR_REP, Id::SidrDelivered(0), Id::Zero)),
+                    send(0, 0, cm(attr::SIDR_REQ, own, Id::Zero)),
+                    from_wire(0, cm(attr::SIDR_REP, Id::Tenant(0, 1), Id::Zero)),
+                ],
+            ),
+        ),
+        (
+            "assigned-service",
+            script(
+                2,
+                vec![
+                    listen(1, Service::Assign),
+                    from_wire(
+                        3,
+                        MadSpec {
+                            service: Service::Assigned(0),
+                            ..cm(attr::REQ, PEER_ID, Id::Zero)
+                        },
+                    ),
+                    send(1, 3, cm(attr::REP, own, peer_req)),
+                    Op::Unlisten {
+                        who: 1,
+                        service: Service::Assigned(0),
+                    },
+                ],
+            ),
+        ),
+        (
+            "stateless-answers",
+            script(
+                2,
+                vec![
+                    from_wire(
+                        0,
+                        MadSpec {
+                            service: Service::Raw(0x9999),
+                            ..cm(attr::REQ, PEER_ID, Id::Zero)
+                        },
+                    ),
+                    from_wire(1, cm(attr::DREQ, PEER_ID, Id::Raw(0x0abc_0001))),
+                    from_wire(
+                        2,
+                        MadSpec {
+                            service: Service::Raw(0x9999),
+                            ..cm(attr::SIDR_REQ, PEER_ID, Id::Zero)
+                        },
+                    ),
+                    from_wire(
+                        0,
+                        MadSpec {
+                            reason: 4, // timeout, for nobody: every tenant
+                            ..cm(attr::REJ, PEER_ID, Id::Zero)
+                        },
+                    ),
+                ],
+            ),
+        ),
+        (
+            "sa-path-query",
+            script(
+                2,
+                vec![
+                    send(0, 0, MadSpec::cm(0, Id::Zero, Id::Zero)),
+                    send(
+                        0,
+                        0,
+                        MadSpec {
+                            attr: Attr::Sa(0),
+                            ..MadSpec::cm(0, Id::Zero, Id::Zero)
+                        },
+                    ),
+                    from_wire(
+                        0,
+                        MadSpec {
+                            attr: Attr::Sa(0),
+                            ..MadSpec::cm(0, Id::Zero, Id::Zero)
+                        },
+                    ),
+                    send(
+                        1,
+                        0,
+                        MadSpec {
+                            attr: Attr::Sa(2), // SubnAdmSet: refused
+                            ..MadSpec::cm(0, Id::Zero, Id::Zero)
+                        },
+                    ),
+                ],
+            ),
+        ),
+        (
+            "tenant-leaves",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        Op::Rejoin { who: 0 },
+                        // Its successor got no REQ.
+                        send(0, 0, cm(attr::REP, own, peer_req)),
+                        from_wire(0, cm(attr::DREQ, PEER_ID, Id::Seen(0))),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "raw-messages",
+            script(
+                2,
+                vec![
+                    Op::Raw {
+                        who: 0,
+                        bytes: ib_cm::switch::proto::ToDaemon::Stats { seq: 1 }.encode(),
+                    },
+                    Op::Raw {
+                        who: 1,
+                        bytes: ib_cm::switch::proto::ToDaemon::Listen {
+                            seq: 2,
+                            service_id: 0x1234,
+                            mask: u64::MAX,
+                            port: 0,
+                        }
+                        .encode(),
+                    },
+                    Op::Raw {
+                        who: 0,
+                        bytes: vec![1, 0, 4, 0, 1],
+                    },
+                ],
+            ),
+        ),
+        // The hijacks of issue 30: each MAD below must be dropped.
+        (
+            "hijack-rep",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![send(1, 0, cm(attr::REP, own, peer_req))],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "hijack-rej",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        send(1, 0, rej(0, own, 28)),
+                        send(1, 0, rej(0, Id::Zero, 28)),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "hijack-mra",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![send(1, 0, cm_x(attr::MRA, 0, own, peer_req))],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "rep-to-another-address",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![send(0, 1, cm(attr::REP, own, peer_req))],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "second-rep-other-id",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        send(0, 0, cm(attr::REP, own, peer_req)),
+                        send(0, 0, cm(attr::REP, own, peer_req)),
+                        send(0, 0, cm(attr::REP, Id::Own(2), peer_req)),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "rej-req-after-rep",
+            script(
+                2,
+                [
+                    req_to_tenant_0(),
+                    vec![
+                        send(0, 0, cm(attr::REP, own, peer_req)),
+                        send(0, 0, rej(0, own, 28)),
+                    ],
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "second-sidr-rep",
+            script(
+                2,
+                vec![
+                    listen(1, Service::Known(1)),
+                    from_wire(
+                        2,
+                        MadSpec {
+                            service: Service::Known(1),
+                            ..cm(attr::SIDR_REQ, PEER_ID, Id::Zero)
+                        },
+                    ),
+                    send(1, 2, cm(attr::SIDR_REP, Id::SidrDelivered(0), Id::Zero)),
+                    send(1, 2, cm(attr::SIDR_REP, Id::SidrDelivered(0), Id::Zero)),
+                ],
+            ),
+        ),
+        (
+            "message-x-3",
+            script(
+                2,
+                vec![
+                    send(0, 0, cm_x(attr::MRA, 3, own, Id::Zero)),
+                    send(0, 0, cm_x(attr::REJ, 3, own, Id::Zero)),
+                ],
+            ),
+        ),
+    ];
+    for (name, script) in &seeds {
+        let bytes = script.write();
+        assert_eq!(
+            &Script::read(&bytes),
+            script,
+            "{name}: the format round trip"
+        );
+        write(dir, name, &bytes);
+    }
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     for (target, make) in [
         ("decode", decode_seeds as fn(&Path)),
         ("receive", receive_seeds),
+        ("switch", switch_seeds),
     ] {
         let dir = root.join(target);
         let _ = fs::remove_dir_all(&dir);

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Bounded fuzz run of every cargo-fuzz target (decode, receive), for CI and by
-# hand. Exits non-zero if a target crashes, hangs (-timeout), leaks (the
-# receive harness's id/timer checks, -rss_limit_mb), or fails to build.
+# Bounded fuzz run of every cargo-fuzz target (decode, receive, switch), for
+# CI and by hand. Exits non-zero if a target crashes, hangs (-timeout), leaks
+# (the receive harness's id/timer checks, -rss_limit_mb), breaks the switch
+# harness's matching rule, or fails to build.
 #
-#   fuzz/run.sh [SECONDS]    each target for SECONDS (default 30)
+#   fuzz/run.sh [SECONDS]    decode and receive for SECONDS each (default 30),
+#                            switch for SWITCH_RUNS executions (default 10^6,
+#                            issue 30's bar; SWITCH_RUNS= : SECONDS as well)
 #   RUNS=N fuzz/run.sh       each target for N executions instead
 #   TARGETS="receive" fuzz/run.sh
 #
@@ -19,7 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 secs=${1:-30}
-targets=${TARGETS:-decode receive}
+targets=${TARGETS:-decode receive switch}
+switch_runs=${SWITCH_RUNS-1000000}
 
 if cargo +nightly --version >/dev/null 2>&1; then
     cargo=(cargo +nightly)
@@ -35,27 +39,33 @@ fi
 
 "${cargo[@]}" fuzz build -O
 
-if [[ -n ${RUNS:-} ]]; then
-    limit=(-runs="$RUNS")
-    what="$RUNS runs"
-else
-    limit=(-max_total_time="$secs")
-    what="${secs}s"
-fi
-
 failed=()
 for target in $targets; do
     case $target in
         decode) max_len=512 ;;   # longer than a MAD: parse_header's trailing bytes
         receive) max_len=1036 ;; # 4 records of 3 + 256 bytes
+        switch) max_len=512 ;;   # up to 32 operations (ib_cm_fuzz::switch::MAX_OPS)
         *) echo "fuzz: unknown target $target" >&2; exit 2 ;;
     esac
+    if [[ -n ${RUNS:-} ]]; then
+        limit=(-runs="$RUNS")
+        what="$RUNS runs"
+    elif [[ $target == switch && -n $switch_runs ]]; then
+        limit=(-runs="$switch_runs")
+        what="$switch_runs runs"
+    else
+        limit=(-max_total_time="$secs")
+        what="${secs}s"
+    fi
     mkdir -p "corpus-run/$target" "artifacts/$target"
     before=$(find "artifacts/$target" -type f | wc -l)
     echo "=== fuzz $target: $what"
     log=$(mktemp)
     set +e
-    "${cargo[@]}" fuzz run -O "$target" "corpus-run/$target" "corpus/$target" -- \
+    # The switch logs every MAD it drops: not in a fuzz run.
+    quiet=()
+    [[ $target == switch ]] && quiet=(env IBCM_LOG="${IBCM_LOG:-error}")
+    "${quiet[@]}" "${cargo[@]}" fuzz run -O "$target" "corpus-run/$target" "corpus/$target" -- \
         "${limit[@]}" -max_len="$max_len" -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 \
         2>&1 | tee "$log" | grep -E '^(#[0-9]+[[:space:]]+(pulse|DONE)|Done|stat::|==[0-9]+==|thread .* panicked|SUMMARY|ib_cm_fuzz)'
     status=${PIPESTATUS[0]}

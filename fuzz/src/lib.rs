@@ -75,6 +75,9 @@ use ib_cm::wire::{MAD_SIZE, Mad, Rep, Req, TransportType, attr, dreq, rej, rep, 
 
 pub use format::*;
 
+/// The `switch` target's harness (the daemon's routing between tenants).
+pub mod switch;
+
 /// The service both listeners listen on.
 pub const SERVICE_ID: u64 = 0x1234;
 /// The first QPN handed out: every connection end gets its own QP, as in an
