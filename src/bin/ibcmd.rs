@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ib_cm::switch::proto::{MAX_MESSAGE, ToClient, ToDaemon};
-use ib_cm::switch::{SeqPacket, Switch, SwitchConfig};
+use ib_cm::switch::{Quotas, SeqPacket, Switch, SwitchConfig};
 use ib_cm::transport::switch::socket_path;
 
 struct Options {
@@ -29,12 +29,14 @@ struct Options {
     /// `--user`: whom the daemon becomes once its files are open.
     user: Option<String>,
     timewait: Duration,
+    /// `--quota NAME=N`: what one user may make the daemon hold.
+    quotas: Quotas,
     stats: bool,
     devices: Vec<String>,
 }
 
 const USAGE: &str = "usage: ibcmd [--socket PATH] [--mode OCTAL] [--group NAME|GID] \
-                     [--user NAME|UID] [--timewait SECONDS] [DEVICE...]\n       \
+                     [--user NAME|UID] [--timewait SECONDS] [--quota NAME=N]... [DEVICE...]\n       \
                      ibcmd --stats [--socket PATH]";
 
 /// The socket's mode without `--mode`: the owner and the group may connect.
@@ -47,6 +49,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         group: None,
         user: None,
         timewait: SwitchConfig::default().timewait,
+        quotas: Quotas::default(),
         stats: false,
         devices: Vec::new(),
     };
@@ -66,6 +69,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
                 let secs: f64 = v.parse().map_err(|_| format!("bad timewait {v}"))?;
                 o.timewait = Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())?;
             }
+            "--quota" => set_quota(&mut o.quotas, &value("--quota")?)?,
             "--stats" => o.stats = true,
             "-h" | "--help" => return Err(String::new()),
             a if a.starts_with('-') => return Err(format!("unknown option {a}")),
@@ -73,6 +77,33 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         }
     }
     Ok(o)
+}
+
+/// `NAME=N` of `--quota`: one of the per-user quotas (docs/ibcmd.md,
+/// "Quotas"); `slices=0` means a quarter of the slices.
+fn set_quota(quotas: &mut Quotas, setting: &str) -> Result<(), String> {
+    let (name, n) = setting
+        .split_once('=')
+        .ok_or(format!("--quota {setting}: NAME=N expected"))?;
+    let n: usize = n
+        .parse()
+        .map_err(|_| format!("--quota {setting}: {n} is not a count"))?;
+    if n == 0 && name != "slices" {
+        return Err(format!("--quota {setting}: a user needs at least one"));
+    }
+    let field = match name {
+        "connections" => &mut quotas.connections,
+        "registrations" => &mut quotas.registrations,
+        "slices" => &mut quotas.slices,
+        "listens" => &mut quotas.listens,
+        _ => {
+            return Err(format!(
+                "--quota {setting}: no quota {name} (connections, registrations, slices, listens)"
+            ));
+        }
+    };
+    *field = n;
+    Ok(())
 }
 
 /// The GID of `group`: a number, or a name in /etc/group.
@@ -313,6 +344,7 @@ fn run(o: Options) -> Result<(), String> {
         .map_err(|e| format!("the socket passed by systemd (LISTEN_FDS): {e}"))?;
     let switch = Switch::new(SwitchConfig {
         timewait: o.timewait,
+        quotas: o.quotas,
         ..SwitchConfig::default()
     });
     let devices = if o.devices.is_empty() {
@@ -424,6 +456,28 @@ mod tests {
         );
         assert_eq!(parsed("--user").err().unwrap(), "--user needs a value");
         assert_eq!(parsed("mlx5_0").unwrap().user, None, "root unless asked");
+    }
+
+    #[test]
+    fn quotas_are_set_one_by_one_and_refused_when_meaningless() {
+        let o = parsed("--quota connections=8 --quota listens=100 --quota slices=0").unwrap();
+        let want = Quotas {
+            connections: 8,
+            listens: 100,
+            slices: 0,
+            ..Quotas::default()
+        };
+        assert_eq!(o.quotas, want);
+        assert_eq!(parsed("rxe0").unwrap().quotas, Quotas::default());
+        for bad in [
+            "--quota listens",
+            "--quota listens=-1",
+            "--quota listens=0",
+            "--quota threads=4",
+            "--quota",
+        ] {
+            assert!(parsed(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]
