@@ -35,8 +35,9 @@
 //! - a REQ (SIDR_REQ) is routed to a tenant when the harness read it from
 //!   that tenant's socket, with the port and reply address of its
 //!   `ToClient::Recv`; a REP the daemon let through marks it answered with
-//!   that REP's LocalCommID, a REJ of it (MessageRejected REQ) the daemon let
-//!   through ends it, a SIDR_REP ends a SIDR_REQ;
+//!   that REP's LocalCommID, a REJ of it the daemon let through ends it, so
+//!   does the requester's RTU or REJ that the tenant got, and a SIDR_REP
+//!   ends a SIDR_REQ; routed again after its end, a REQ is a new one;
 //! - during a tenant's Send at most one MAD leaves, on the tenant's device,
 //!   exactly the MAD, port and address the tenant gave (an SA query: its TID
 //!   replaced), and only if [`Tenant::may_send`] allows it; a MAD that does
@@ -57,8 +58,7 @@
 //!
 //! Where the rule can be read two ways the oracle takes the reading that
 //! allows more (it must not flag what the daemon may rightly do): answered
-//! and rejected REQs are kept per (comm ID, port, address), and only a REJ
-//! whose MessageRejected is REQ ends a routed REQ.
+//! and rejected REQs are kept per (comm ID, port, address).
 //!
 //! The harness reads every tenant's socket after each MAD from the wire that
 //! the daemon counts as handed to a tenant (`rx_to_listener`,
@@ -828,7 +828,9 @@ impl Tenant {
             attr::REP => {
                 self.reqs.insert(routed, Some(local));
             }
-            attr::REJ if message_x(mad) == 0 => {
+            // Any REJ it sent for the connection ends what its REQ may be
+            // answered with (the daemon's rule; a MessageX 3 never passes).
+            attr::REJ => {
                 self.reqs.remove(&routed);
             }
             attr::SIDR_REP => {
@@ -1411,6 +1413,13 @@ impl World {
             attr::SIDR_REQ => {
                 tenant.sidr_reqs.insert(routed);
                 remember(&mut self.sidr_ids, routed.id);
+            }
+            // The requester's RTU or REJ for the tenant's connection (its
+            // LocalCommID is the requester's): the REQ is over; routed
+            // again after, it is a new one (the engine answers a duplicate
+            // REQ of an established connection with a stale REJ of it).
+            attr::RTU | attr::REJ if !for_everyone => {
+                tenant.reqs.remove(&routed);
             }
             _ => {}
         }
