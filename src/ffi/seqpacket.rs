@@ -328,8 +328,9 @@ impl SeqPacket {
 
     /// Asks for a send buffer of `bytes`: beyond the system's `wmem_max` when
     /// the process may (`SO_SNDBUFFORCE`, CAP_NET_ADMIN: a daemon run as
-    /// root), else up to it. Failure leaves the default.
-    pub fn set_send_buffer(&self, bytes: usize) {
+    /// root), else up to it. Failure leaves the default. Returns the size
+    /// it has now ([`Self::send_buffer`]).
+    pub fn set_send_buffer(&self, bytes: usize) -> usize {
         let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
             // SAFETY: `size` is a valid int for the option.
@@ -343,8 +344,31 @@ impl SeqPacket {
                 )
             };
             if rc == 0 {
-                return;
+                break;
             }
+        }
+        self.send_buffer()
+    }
+
+    /// The send buffer the kernel gave, as asked for: it doubles what
+    /// `SO_SNDBUF` asks (for its own bookkeeping), so half of what it says.
+    pub fn send_buffer(&self) -> usize {
+        let mut size: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `size` and `len` are valid for writes of an int option.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut size as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 {
+            usize::try_from(size).unwrap_or(0) / 2
+        } else {
+            0
         }
     }
 }

@@ -29,6 +29,27 @@ use crate::transport::batch::BURST;
 /// that never reads keeps full (16 MiB here held 26,000 MADs, 32 MiB, for
 /// each such process).
 pub(super) const CLIENT_SEND_BUFFER: usize = 1 << 20;
+/// Says once that the processes' send buffers are smaller than
+/// [`CLIENT_SEND_BUFFER`]: a daemon without CAP_NET_ADMIN (`--user`) gets at
+/// most `net.core.wmem_max`, often 208 KiB (about 160 MADs at 1.3 KiB
+/// each), and a burst of more REQs to one process than that loses the rest
+/// until their senders retransmit (the first version of the daemon ran at
+/// 10-17 % of the direct rate so). The shipped unit raises `wmem_max`.
+fn small_send_buffer(got: usize) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        ibcm_log!(
+            Warn,
+            "ibcmd: each process's socket buffer is {} KiB, not the {} KiB asked for (net.core.wmem_max, \
+             without CAP_NET_ADMIN): a burst of more MADs to one process than it holds waits for \
+             retransmissions; set net.core.wmem_max to {} or more",
+            got / 1024,
+            CLIENT_SEND_BUFFER / 1024,
+            CLIENT_SEND_BUFFER
+        );
+    }
+}
+
 /// How many answers (`Registered`, `Listened`, `Stats`) may wait for room in
 /// a process's socket; one more and the process is disconnected as stalled.
 /// They wait only when its send buffer is full already (hundreds to
@@ -119,7 +140,10 @@ impl Switch {
 
     /// Serves one connection, accepted at `accepted`, until it ends.
     fn serve_from(self: &Arc<Self>, conn: SeqPacket, cred: PeerCred, accepted: Instant) {
-        conn.set_send_buffer(CLIENT_SEND_BUFFER);
+        let buffer = conn.set_send_buffer(CLIENT_SEND_BUFFER);
+        if buffer < CLIENT_SEND_BUFFER {
+            small_send_buffer(buffer);
+        }
         let mut session = Session {
             switch: self,
             conn: Arc::new(conn),
