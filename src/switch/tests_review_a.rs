@@ -805,3 +805,71 @@ fn review_a7_a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_
     remote.close();
     drop(victim);
 }
+
+// ---- Finding A8 (medium, a policy the kernel has): rdma_cm's service IDs
+// are (port space << 16) + port, and the kernel's rdma_cm lets only a
+// process with CAP_NET_BIND_SERVICE bind a port below 1024 (cma_use_port:
+// `snum < PROT_SOCK && !capable(CAP_NET_BIND_SERVICE)` → -EACCES). Through
+// ibcmd any tenant listens on any service ID: it takes the ID of a root
+// service's privileged port before that service starts (or while it
+// restarts), gets its clients' REQs with their private data, and answers
+// them as that service.
+
+/// rdma_cm's service ID of `port` in the TCP port space (RDMA_PS_TCP).
+fn rdma_cm_tcp_service_id(port: u16) -> u64 {
+    (0x0106u64 << 16) | u64::from(port)
+}
+
+#[test]
+fn review_a8_an_unprivileged_tenant_cannot_listen_on_a_privileged_rdma_cm_port() {
+    use std::os::unix::process::CommandExt;
+    let daemon = Daemon::start(3890);
+    // An unprivileged process of user 4747 (a child set to that user when
+    // the tests run as root: no capability left).
+    let mut child = None;
+    let cred = if runs_as_root() {
+        let c = std::process::Command::new("sleep")
+            .arg("30")
+            .uid(4747)
+            .gid(4747)
+            .spawn()
+            .expect("sleep as uid 4747");
+        let pid = c.id() as i32;
+        child = Some(c);
+        PeerCred {
+            pid,
+            uid: 4747,
+            gid: 4747,
+        }
+    } else {
+        user(4747)
+    };
+    let mut tenant = Client::connect_as(&daemon.switch, cred);
+    tenant.register(&daemon.name);
+    let unprivileged = rdma_cm_tcp_service_id(20049);
+    assert_eq!(tenant.listen(unprivileged), Ok(unprivileged));
+    let ssh = rdma_cm_tcp_service_id(22);
+    let got = tenant.listen(ssh);
+    if let Some(mut c) = child {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_eq!(
+        got,
+        Err(-libc::EACCES),
+        "an unprivileged tenant listens on {ssh:#018x}, rdma_cm's TCP port 22"
+    );
+}
+
+/// Whether this test process runs as root (then it can make a child of
+/// another user).
+fn runs_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
