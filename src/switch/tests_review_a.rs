@@ -422,28 +422,47 @@ fn review_a1_a_req_or_rep_naming_another_ca_guid_is_dropped() {
     let daemon = Daemon::start(3820);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
     let slice = attacker.register(&daemon.name);
-    let third_host = LoopIdentity::from_name("loop3829").unwrap();
+    assert_eq!(attacker.listen(0x5151), Ok(0x5151));
+    // A peer whose REQ the daemon routes to the attacker (a job of the
+    // attacker's user on that host).
+    let peer = LoopIdentity::from_name("loop3829").unwrap();
+    let peer_port = LoopTransport::open(peer, Arc::new(|_, _, _| {})).unwrap();
+    peer_port
+        .send(1, &daemon.own_addr(), &req(0x77, 0x5151))
+        .unwrap();
+    assert_eq!(attr_of(&attacker.got()), attr::REQ);
     let to = MadAddr {
-        dlid: third_host.lid,
-        dgid: third_host.gid,
+        dlid: peer.lid,
+        dgid: peer.gid,
         ..MadAddr::default()
     };
-    let foreign = Req {
+    let other_guid = peer.node_guid ^ 0x1;
+    let foreign_req = Req {
         local_comm_id: slice.base | 1,
         service_id: 0xdead,
-        local_ca_guid: third_host.node_guid ^ 0x1,
+        local_ca_guid: other_guid,
         local_qpn: 0x77,
         ..Req::default()
     };
-    attacker.send_mad(&foreign.encode(1), &to);
+    attacker.send_mad(&foreign_req.encode(1), &to);
+    let foreign_rep = Rep {
+        local_comm_id: slice.base | 2,
+        remote_comm_id: 0x77,
+        local_ca_guid: other_guid,
+        local_qpn: 0x78,
+        ..Rep::default()
+    };
+    attacker.send_mad(&foreign_rep.encode(1), &to);
     attacker.sync();
     assert_eq!(
         daemon.switch.counter(SwitchCounter::TxSpoofed),
-        1,
-        "a REQ whose LocalCAGUID {:#x} is not the device's {:#x} was sent",
-        foreign.local_ca_guid,
-        daemon.me.node_guid
+        2,
+        "a REQ and a REP whose LocalCAGUID {other_guid:#x} is not the device's {:#x}: \
+         {} of them sent",
+        daemon.me.node_guid,
+        daemon.switch.counter(SwitchCounter::TxSent)
     );
+    peer_port.close();
 }
 
 // ---- Finding A2 (medium): a REJ "timeout" is matched by the peer by the
