@@ -98,6 +98,10 @@ pub struct Quotas {
     /// which may hold 4,096). Beyond: `Listen` answered `-ENOMEM` (the
     /// kernel's `cm_init_listen` errno).
     pub listens: usize,
+    /// Requests (REQs and SIDR_REQs) routed to the user's processes that
+    /// they may still answer, about 140 bytes each; beyond, a process's
+    /// oldest is forgotten (its requester retransmits it).
+    pub requests: usize,
 }
 
 impl Default for Quotas {
@@ -107,6 +111,7 @@ impl Default for Quotas {
             registrations: 256,
             slices: 0,
             listens: 16384,
+            requests: 32768,
         }
     }
 }
@@ -228,6 +233,9 @@ struct Client {
     listening: HashSet<u64>,
     /// A refusal of its listens was logged (once a process).
     listen_refusal_logged: bool,
+    /// MADs for it that its full socket lost: its own count, so that its
+    /// first loss is said whatever other processes lost before.
+    losses: Arc<AtomicU64>,
 }
 
 /// What one user's processes hold, against [`Quotas`].
@@ -235,6 +243,8 @@ struct Client {
 struct Usage {
     registrations: usize,
     listens: usize,
+    /// Requests routed to its processes and still open.
+    requests: usize,
 }
 
 /// One slot of the comm ID space.
@@ -348,11 +358,25 @@ impl LogBudget {
     }
 }
 
+/// A process a received MAD goes to: its socket and its own count of the
+/// MADs its full socket lost.
+struct Recipient {
+    conn: Arc<SeqPacket>,
+    losses: Arc<AtomicU64>,
+}
+
+impl Recipient {
+    fn of(c: &Client) -> Self {
+        Self {
+            conn: c.conn.clone(),
+            losses: c.losses.clone(),
+        }
+    }
+}
+
 /// What becomes of a received MAD.
 enum Route {
-    To(Arc<SeqPacket>, SwitchCounter),
-    /// To each of these processes (a REJ TIMEOUT for no comm ID).
-    ToAll(Vec<Arc<SeqPacket>>),
+    To(Recipient, SwitchCounter),
     Answer(Box<Mad>, SwitchCounter),
     Drop,
     /// Handed on already.
@@ -373,8 +397,10 @@ fn be64(mad: &Mad, at: usize) -> u64 {
 }
 
 /// A REQ or SIDR_REQ its listener will get: what that process may answer
-/// by the requester's comm ID alone (`rules`), towards `from`.
-fn remember_req(st: &mut State, device: &str, from: Peer, attr_id: u16, mad: &Mad) {
+/// by the requester's comm ID alone (`rules`), towards `from`. At its
+/// user's [`Quotas::requests`], the process's own oldest goes first (one
+/// user's floods cost only its own processes).
+fn remember_req(st: &mut State, device: &str, from: Peer, attr_id: u16, mad: &Mad, quota: usize) {
     let service_id = be64(mad, SERVICE_ID_OF_REQ);
     let Some(client) = st
         .listens
@@ -384,13 +410,45 @@ fn remember_req(st: &mut State, device: &str, from: Peer, attr_id: u16, mad: &Ma
     else {
         return;
     };
-    if let Some(c) = st.clients.get_mut(&client) {
-        let received = match attr_id {
-            attr::REQ => &mut c.reqs,
-            _ => &mut c.sidr_reqs,
-        };
-        received.insert(be32(mad, LOCAL_COMM_ID), from);
+    let Some(c) = st.clients.get_mut(&client) else {
+        return;
+    };
+    let usage = st.users.entry(c.cred.uid).or_default();
+    let held = c.reqs.len() + c.sidr_reqs.len();
+    let received = match attr_id {
+        attr::REQ => &mut c.reqs,
+        _ => &mut c.sidr_reqs,
+    };
+    if usage.requests >= quota {
+        // Its user's other processes may hold the quota: then this one
+        // keeps none it cannot (its requesters retransmit).
+        if received.len() == 0 {
+            return;
+        }
+        received.forget_oldest_of_the_busiest();
     }
+    received.insert(be32(mad, LOCAL_COMM_ID), from);
+    let now = c.reqs.len() + c.sidr_reqs.len();
+    usage.requests = usage.requests + now - held;
+}
+
+/// A REJ "timeout" with remote comm ID 0 arrived on `device` from `from`:
+/// it goes to the process whose routed REQ it gives up (its LocalCommID,
+/// from that address), which may not answer it after; nobody's is dropped.
+fn rej_timeout_for_a_request(st: &mut State, device: &str, from: Peer, mad: &Mad) -> Route {
+    let requester = be32(mad, LOCAL_COMM_ID);
+    let Some(c) = st
+        .clients
+        .values_mut()
+        .find(|c| c.device == device && c.reqs.is_open(requester, from))
+    else {
+        return Route::Drop;
+    };
+    c.reqs.close(requester, from);
+    if let Some(usage) = st.users.get_mut(&c.cred.uid) {
+        usage.requests -= 1;
+    }
+    Route::To(Recipient::of(c), SwitchCounter::RxToOwner)
 }
 
 impl Switch {
@@ -445,6 +503,12 @@ impl Switch {
         })
     }
 
+    /// The routed requests user `uid`'s processes may still answer (tests).
+    #[cfg(test)]
+    pub(super) fn requests_of(&self, uid: u32) -> usize {
+        self.state.lock().users.get(&uid).map_or(0, |u| u.requests)
+    }
+
     /// The connections user `uid` holds now.
     pub fn connections_of(&self, uid: u32) -> usize {
         self.connections.lock().get(&uid).copied().unwrap_or(0)
@@ -497,6 +561,22 @@ impl Switch {
     /// Counts a MAD the switch lost (`counter`) and says so at warn level
     /// the 1st, 2nd, 4th, 8th… time: a loss the peer's retransmission hides
     /// still shows where it happened, and a flood of them cannot fill the log.
+    /// Counts a MAD for process `to` that its full socket lost, and says so
+    /// the 1st, 2nd, 4th… time *for that process*: one process losing
+    /// thousands of its own cannot hide another's first loss.
+    fn count_client_loss(&self, to: &Recipient, what: impl FnOnce() -> String) {
+        let total =
+            self.counters[SwitchCounter::RxClientBusy as usize].fetch_add(1, Ordering::Relaxed) + 1;
+        let mine = to.losses.fetch_add(1, Ordering::Relaxed) + 1;
+        if mine.is_power_of_two() {
+            ibcm_log!(
+                Warn,
+                "ibcmd: {} ({mine} for this process, rx_client_busy {total} so far)",
+                what()
+            );
+        }
+    }
+
     pub(super) fn count_loss(&self, counter: SwitchCounter, what: impl FnOnce() -> String) {
         let n = self.counters[counter as usize].fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
@@ -624,6 +704,7 @@ impl Switch {
                 used: false,
                 listening: HashSet::new(),
                 listen_refusal_logged: false,
+                losses: Arc::default(),
                 reqs: RoutedRequests::default(),
                 sidr_reqs: RoutedRequests::default(),
                 sa_order: VecDeque::new(),
@@ -702,6 +783,7 @@ impl Switch {
         if let Some(usage) = st.users.get_mut(&gone.cred.uid) {
             usage.registrations -= 1;
             usage.listens -= gone.listening.len();
+            usage.requests -= gone.reqs.len() + gone.sidr_reqs.len();
             if usage.registrations == 0 {
                 st.users.remove(&gone.cred.uid);
             }
@@ -736,6 +818,23 @@ impl Switch {
             && service_id != CM_ASSIGN_SERVICE_ID
         {
             return Err(EINVAL);
+        }
+        // rdma_cm's service IDs of ports below 1024 need what binding such a
+        // port needs (cma_use_port: CAP_NET_BIND_SERVICE, else -EACCES):
+        // else any tenant could take a root service's port while it is down
+        // and get its clients' REQs and private data.
+        if let Some(port) = privileged_rdma_cm_port(service_id) {
+            let cred = self.state.lock().clients.get(&client).ok_or(EINVAL)?.cred;
+            if !may_bind_privileged(cred) {
+                self.tenant_log(Level::Warn, || {
+                    format!(
+                        "process {} (uid {}) may not listen on {service_id:#x}, rdma_cm's port \
+                         {port} (below 1024: CAP_NET_BIND_SERVICE needed): -EACCES",
+                        cred.pid, cred.uid
+                    )
+                });
+                return Err(EACCES);
+            }
         }
         let mut st = self.state.lock();
         let st = &mut *st;
@@ -818,7 +917,7 @@ impl Switch {
     /// A MAD received on `device` `port`.
     pub fn inbound(&self, device: &str, port: u8, addr: MadAddr, mad: &Mad) {
         match self.route(device, port, addr, mad) {
-            Route::To(conn, counter) => {
+            Route::To(to, counter) => {
                 let msg = ToClient::Recv {
                     port,
                     addr,
@@ -826,27 +925,9 @@ impl Switch {
                 };
                 // Never wait for a process: a full socket loses the MAD, as
                 // a full receive queue would; the sender retransmits.
-                match conn.send(&msg.encode(), false) {
+                match to.conn.send(&msg.encode(), false) {
                     Ok(()) => self.count(counter),
-                    Err(e) => self.count_loss(SwitchCounter::RxClientBusy, || {
-                        lost_inbound(device, port, mad, e)
-                    }),
-                }
-            }
-            Route::ToAll(conns) => {
-                let msg = ToClient::Recv {
-                    port,
-                    addr,
-                    mad: Box::new(*mad),
-                }
-                .encode();
-                for conn in conns {
-                    match conn.send(&msg, false) {
-                        Ok(()) => self.count(SwitchCounter::RxToOwner),
-                        Err(e) => self.count_loss(SwitchCounter::RxClientBusy, || {
-                            lost_inbound(device, port, mad, e)
-                        }),
-                    }
+                    Err(e) => self.count_client_loss(&to, || lost_inbound(device, port, mad, e)),
                 }
             }
             Route::Answer(answer, counter) => {
@@ -879,7 +960,18 @@ impl Switch {
         let mut st = self.state.lock();
         let from = Peer::of(port, &addr);
         match header.attr_id {
-            attr::REQ | attr::SIDR_REQ => remember_req(&mut st, device, from, header.attr_id, mad),
+            attr::REQ | attr::SIDR_REQ => {
+                let quota = self.config.quotas.requests;
+                remember_req(&mut st, device, from, header.attr_id, mad, quota);
+            }
+            // The REJ TIMEOUT of an active side destroyed in REQ_SENT names
+            // no comm ID of ours (it never learnt it): the kernel finds the
+            // id by the ARI's node GUID and the sender's comm ID
+            // (cm_acquire_rejected_id). It is for the process its REQ was
+            // routed to, and no other.
+            attr::REJ if is_rej_timeout_for_nobody(mad) => {
+                return rej_timeout_for_a_request(&mut st, device, from, mad);
+            }
             // The requester has our REP (RTU), or gave up (REJ): its REQ may
             // no longer be answered by comm ID alone.
             attr::RTU | attr::REJ => self.end_req(&mut st, device, from, mad),
@@ -890,7 +982,7 @@ impl Switch {
                 return None;
             };
             let c = st.clients.get(client)?;
-            (c.device == device).then(|| Route::To(c.conn.clone(), SwitchCounter::RxToOwner))
+            (c.device == device).then(|| Route::To(Recipient::of(c), SwitchCounter::RxToOwner))
         };
         match header.attr_id {
             attr::REQ | attr::SIDR_REQ => {
@@ -901,24 +993,12 @@ impl Switch {
                     .filter(|l| l.port == 0 || l.port == port)
                     .and_then(|l| st.clients.get(&l.client));
                 match listener {
-                    Some(c) => Route::To(c.conn.clone(), SwitchCounter::RxToListener),
+                    Some(c) => Route::To(Recipient::of(c), SwitchCounter::RxToListener),
                     None if header.attr_id == attr::REQ => no_listener_rej(mad, header.tid),
                     None => no_listener_sidr_rep(mad, header.tid, service_id),
                 }
             }
             attr::SIDR_REP => owner(be32(mad, LOCAL_COMM_ID)).unwrap_or(Route::Drop),
-            // The REJ TIMEOUT of an active side destroyed in REQ_SENT names
-            // no comm ID of ours (it never learnt it): the kernel finds the
-            // id by the ARI's node GUID and the sender's comm ID
-            // (cm_acquire_rejected_id). Only the engines know those: every
-            // process of the device gets it, the others drop it.
-            attr::REJ if is_rej_timeout_for_nobody(mad) => Route::ToAll(
-                st.clients
-                    .values()
-                    .filter(|c| c.device == device)
-                    .map(|c| c.conn.clone())
-                    .collect(),
-            ),
             attr::REP | attr::RTU | attr::REJ | attr::MRA | attr::DREP | attr::LAP | attr::APR => {
                 owner(be32(mad, REMOTE_COMM_ID)).unwrap_or(Route::Drop)
             }
@@ -937,7 +1017,12 @@ impl Switch {
             return;
         };
         if let Some(c) = st.clients.get_mut(client).filter(|c| c.device == device) {
+            let had = c.reqs.len();
             c.reqs.close(be32(mad, LOCAL_COMM_ID), from);
+            let closed = had - c.reqs.len();
+            if let Some(usage) = st.users.get_mut(&c.cred.uid) {
+                usage.requests -= closed;
+            }
         }
     }
 
@@ -953,7 +1038,7 @@ impl Switch {
         let Some(c) = st.clients.get(&client) else {
             return Route::Drop;
         };
-        let conn = c.conn.clone();
+        let to = Recipient::of(c);
         drop(st);
         let mut answer = *mad;
         answer[12..16].copy_from_slice(&their_tid.to_be_bytes());
@@ -962,9 +1047,9 @@ impl Switch {
             addr,
             mad: Box::new(answer),
         };
-        match conn.send(&msg.encode(), false) {
+        match to.conn.send(&msg.encode(), false) {
             Ok(()) => self.count(SwitchCounter::RxSaAnswers),
-            Err(e) => self.count_loss(SwitchCounter::RxClientBusy, || {
+            Err(e) => self.count_client_loss(&to, || {
                 format!("an SA answer for client {client} was lost, its socket refused it: {e}")
             }),
         }
@@ -986,23 +1071,31 @@ impl Switch {
             };
             let slice = self.slice_of(c.slice);
             let (device, cred) = (c.device.clone(), c.cred);
-            let transport = self
+            let (transport, node_guid) = self
                 .devices
                 .read()
                 .get(&device)
-                .map(|d| d.transport.clone());
+                .map(|d| (Some(d.transport.clone()), d.info.node_guid))
+                .unwrap_or_default();
             let verdict = match mad[1] {
                 // Path queries only: SubnAdmSet/Delete (a multicast leave, a
                 // service record removed) would give every process the SA
                 // access of the port, which needs umad access without ibcmd.
                 MGMT_CLASS_SA if is_path_query(&mad) => Ok(()),
                 MGMT_CLASS_CM => {
+                    let held = c.reqs.len() + c.sidr_reqs.len();
                     let sender = Sender {
                         slice,
+                        node_guid,
                         reqs: &mut c.reqs,
                         sidr_reqs: &mut c.sidr_reqs,
                     };
                     let verdict = check_send(sender, port, addr, &mad);
+                    // A REJ of a REQ, a SIDR_REP end theirs.
+                    let closed = held - (c.reqs.len() + c.sidr_reqs.len());
+                    if let Some(usage) = st.users.get_mut(&cred.uid) {
+                        usage.requests -= closed;
+                    }
                     // A peer may know one of its comm IDs now: its slice
                     // needs the timewait when it goes.
                     c.used |= verdict.is_ok() && slice.contains(be32(&mad, LOCAL_COMM_ID));
@@ -1110,6 +1203,31 @@ impl Switch {
 }
 
 const EPERM: Errno = Errno(libc::EPERM);
+const EACCES: Errno = Errno(libc::EACCES);
+
+/// The port of an rdma_cm service ID below 1024: `(port space << 16) +
+/// port` (`cma_get_service_id`) in the port spaces IPoIB, TCP, UDP and IB.
+fn privileged_rdma_cm_port(service_id: u64) -> Option<u16> {
+    const PORT_SPACES: [u64; 4] = [0x0002, 0x0106, 0x0111, 0x013f];
+    let port = (service_id & 0xffff) as u16;
+    (PORT_SPACES.contains(&(service_id >> 16)) && port < 1024).then_some(port)
+}
+
+/// Whether process `cred` may bind a port below 1024: root, or
+/// CAP_NET_BIND_SERVICE in its effective set (`/proc/PID/status`, read as
+/// the kernel had it then; a process the daemon cannot see, as under the
+/// unit's `ProtectProc=invisible`, has none).
+fn may_bind_privileged(cred: PeerCred) -> bool {
+    const CAP_NET_BIND_SERVICE: u32 = 10;
+    cred.uid == 0
+        || std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
+            .ok()
+            .and_then(|status| {
+                let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+                u64::from_str_radix(hex.trim(), 16).ok()
+            })
+            .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
+}
 
 /// SubnAdmGet or SubnAdmGetTable of PathRecord: what the library's SA
 /// client sends (`ib_sa_path_rec_get`).

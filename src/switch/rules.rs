@@ -12,14 +12,18 @@
 //! ID alone: the same. Everything else is matched by both comm IDs
 //! (`cm_acquire_id(remote, local)`), or a REJ "timeout" by the ARI's node
 //! GUID and its LocalCommID (`cm_find_remote_id`): a local comm ID in the
-//! sender's slice binds those to the sender's own connections.
+//! sender's slice binds those to the sender's own connections, and a REQ's
+//! or REP's CA GUID (the peer's stale-connection key, with the QPN) and a
+//! REJ "timeout"'s ARI must be the device's own node GUID.
 //! docs/ibcmd.md has this as a table.
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::transport::{IdSlice, MadAddr};
 use crate::wire::mra::CM_MRA_MESSAGE_MRAED;
-use crate::wire::rej::CM_REJ_MESSAGE_REJECTED;
+use crate::wire::rej::{CM_REJ_ARI, CM_REJ_MESSAGE_REJECTED, CM_REJ_REASON};
+use crate::wire::rep::CM_REP_LOCAL_CA_GUID;
+use crate::wire::req::CM_REQ_LOCAL_CA_GUID;
 use crate::wire::{Mad, attr};
 
 /// Offsets in a MAD (header included) of the comm IDs: LocalCommID (a
@@ -70,97 +74,134 @@ impl Peer {
 /// SIDR_REQ's request ID) and where it came from.
 type RequestKey = (u32, Peer);
 
-/// The requests routed to one process that it may still answer, the oldest
-/// forgotten beyond [`Self::MAX`] (a requester whose REQ was forgotten
-/// retransmits it, which routes it again).
+/// The requests routed to one process that it may still answer, kept per
+/// requester address (a flood from one address, such as another tenant's
+/// REQs through this host's own port, forgets only that address's oldest),
+/// at most [`Self::PER_PEER`] from one address and [`Self::MAX`] in all (then
+/// the oldest of the address with the most). A requester whose REQ was
+/// forgotten retransmits it, which routes it again.
 #[derive(Default)]
 pub(super) struct RoutedRequests {
-    /// Each open request → the LocalCommID of the REP the process answered
-    /// it with, once it did (its retransmissions must carry the same), and
-    /// its place in `order`.
-    open: HashMap<RequestKey, (u64, Option<u32>)>,
-    /// Oldest first; an entry whose sequence number no longer matches
-    /// `open` was answered or routed again since, and is skipped.
-    order: VecDeque<(RequestKey, u64)>,
+    /// Each open request → its place in its address's queue.
+    open: HashMap<RequestKey, u64>,
+    /// Per requester address, oldest first; an entry whose sequence number
+    /// no longer matches `open` was closed or routed again since, skipped.
+    order: HashMap<Peer, VecDeque<(u32, u64)>>,
     next: u64,
 }
 
 impl RoutedRequests {
     /// More requests in progress than a server answers at once (an
     /// all-to-all of 128 hosts x 64 processes sends one process 8,191
-    /// REQs), and a bound on what a flood of REQs from the wire makes the
-    /// daemon keep: about 80 bytes each, 1.3 MiB per process.
+    /// REQs), and a bound on what a flood of REQs makes the daemon keep for
+    /// one process: about 140 bytes each, 2.2 MiB. A user's processes
+    /// together are bound by `Quotas::requests`.
     pub(super) const MAX: usize = 1 << 14;
+    /// From one requester address: a host's processes' REQs to one server.
+    pub(super) const PER_PEER: usize = 1 << 12;
 
-    /// A request routed to the process (again: a retransmission keeps what
-    /// the process answered).
-    pub(super) fn insert(&mut self, id: u32, from: Peer) {
+    /// A request routed to the process (again: a retransmission changes
+    /// nothing). Returns how many it holds now minus before
+    /// (1, 0 for a retransmission, or less when it forgot some).
+    pub(super) fn insert(&mut self, id: u32, from: Peer) -> isize {
         let key = (id, from);
         if self.open.contains_key(&key) {
-            return;
+            return 0;
         }
+        let before = self.open.len();
         let seq = self.next;
         self.next += 1;
-        self.open.insert(key, (seq, None));
-        self.order.push_back((key, seq));
-        while self.open.len() > Self::MAX {
-            match self.order.pop_front() {
-                Some((old, seq)) if self.is_live(old, seq) => {
-                    self.open.remove(&old);
+        self.open.insert(key, seq);
+        let queue = self.order.entry(from).or_default();
+        queue.push_back((id, seq));
+        // A queue longer than its share is compacted (closed entries
+        // dropped, at O(1) a request), then its oldest forgotten.
+        if queue.len() > Self::PER_PEER {
+            let open = &mut self.open;
+            queue.retain(|(id, s)| is_live(open, (*id, from), *s));
+            while queue.len() > Self::PER_PEER {
+                if let Some((old, _)) = queue.pop_front() {
+                    open.remove(&(old, from));
                 }
-                Some(_) => {}
-                None => break,
             }
         }
-        // Entries of requests closed since: dropped once they are half of
-        // `order`, so it stays within twice the bound, at O(1) a request.
-        if self.order.len() > 2 * Self::MAX {
-            let open = &self.open;
-            self.order
-                .retain(|(key, seq)| open.get(key).is_some_and(|(s, _)| s == seq));
+        while self.open.len() > Self::MAX {
+            self.forget_oldest_of_the_busiest();
+        }
+        self.open.len() as isize - before as isize
+    }
+
+    /// Forgets the oldest open request from `from`.
+    fn forget_oldest(&mut self, from: Peer) {
+        let Some(queue) = self.order.get_mut(&from) else {
+            return;
+        };
+        while let Some((id, seq)) = queue.pop_front() {
+            if is_live(&self.open, (id, from), seq) {
+                self.open.remove(&(id, from));
+                break;
+            }
+        }
+        if queue.is_empty() {
+            self.order.remove(&from);
         }
     }
 
-    fn is_live(&self, key: RequestKey, seq: u64) -> bool {
-        self.open.get(&key).is_some_and(|(s, _)| *s == seq)
+    /// Forgets the oldest request of the address with the most queued.
+    pub(super) fn forget_oldest_of_the_busiest(&mut self) {
+        let busiest = self
+            .order
+            .iter()
+            .max_by_key(|(_, queue)| queue.len())
+            .map(|(peer, _)| *peer);
+        if let Some(peer) = busiest {
+            let had = self.open.len();
+            self.forget_oldest(peer);
+            if self.open.len() == had {
+                // Only closed entries were queued there.
+                self.order.remove(&peer);
+            }
+        }
     }
 
-    /// What the process answered request `id` from `to` with: `None` when
-    /// it is not open, `Some(None)` before any REP, `Some(Some(local))`
-    /// after its REP of comm ID `local`.
-    fn answered(&self, id: u32, to: Peer) -> Option<Option<u32>> {
-        self.open.get(&(id, to)).map(|(_, rep)| *rep)
+    /// Whether request `id` from `from` is open.
+    pub(super) fn is_open(&self, id: u32, from: Peer) -> bool {
+        self.open.contains_key(&(id, from))
     }
 
     /// The request is over for the process (rejected, established, one
     /// SIDR_REP): no answer that the requester matches by its comm ID alone
-    /// may follow.
+    /// may follow. Its queue entry goes when it comes to the front.
     pub(super) fn close(&mut self, id: u32, from: Peer) {
         self.open.remove(&(id, from));
     }
 
-    fn rep_sent(&mut self, id: u32, to: Peer, local: u32) {
-        if let Some((_, rep)) = self.open.get_mut(&(id, to)) {
-            *rep = Some(local);
-        }
-    }
-
-    /// How many are open (tests).
-    #[cfg(test)]
+    /// How many are open.
     pub(super) fn len(&self) -> usize {
         self.open.len()
     }
 
-    /// How many places `order` holds, stale ones included (tests).
+    /// How many places the queues hold, closed ones included (tests).
     #[cfg(test)]
     pub(super) fn order_len(&self) -> usize {
-        self.order.len()
+        self.order.values().map(VecDeque::len).sum()
     }
 }
+
+/// Whether the queue entry (`key`, `seq`) is the request's current one.
+fn is_live(open: &HashMap<RequestKey, u64>, key: RequestKey, seq: u64) -> bool {
+    open.get(&key) == Some(&seq)
+}
+
+/// `IB_CM_REJ_TIMEOUT`: a REJ the peer matches by its ARI's node GUID.
+const REJ_TIMEOUT: u32 = crate::abi::ib_cm_rej_reason::IB_CM_REJ_TIMEOUT as u32;
 
 /// What a process may answer: its slice and the requests routed to it.
 pub(super) struct Sender<'a> {
     pub slice: IdSlice,
+    /// The node GUID of the device it sends from: the only CA GUID its REQs
+    /// and REPs may carry, and the only one in its REJ "timeout"'s ARI.
+    pub node_guid: u64,
     pub reqs: &'a mut RoutedRequests,
     pub sidr_reqs: &'a mut RoutedRequests,
 }
@@ -174,12 +215,15 @@ pub(super) enum Refusal {
     /// routed to the sender from that address, or that it may no longer
     /// answer that way.
     NotRoutedHere,
-    /// A REP whose LocalCommID differs from the REP the sender already
-    /// answered that request with.
-    OtherRep,
     /// A MessageRejected / MessageMRAed value with no meaning (3): the
     /// remote drops it.
     BadMessageX,
+    /// A CA GUID (a REQ's or REP's LocalCAGUID, a REJ "timeout"'s ARI)
+    /// that is not the device's: the peer keys stale-connection checks
+    /// (`cm_match_req`, `cm_rep_handler`) and REJ "timeout"s
+    /// (`cm_find_remote_id`) by it, so another host's GUID acts on the
+    /// peer's connections to that host.
+    OtherGuid,
     /// Not a CM attribute a process sends.
     Unknown,
 }
@@ -197,16 +241,16 @@ impl Refusal {
             Refusal::NotRoutedHere => {
                 "it answers a request the daemon did not route to it from that address"
             }
-            Refusal::OtherRep => "it answered that request with another comm ID before",
             Refusal::BadMessageX => "its MessageRejected/MessageMRAed is 3",
+            Refusal::OtherGuid => "it names a CA GUID that is not its device's",
             Refusal::Unknown => "not a CM message a process sends",
         }
     }
 }
 
 /// Whether `sender` may send the CM MAD `mad` from `port` to `addr`; when it
-/// may, what it changes is recorded (a REP binds its comm ID, a REJ of a
-/// REQ and a SIDR_REP end the request).
+/// may, what it changes is recorded (any REJ of the connection and a
+/// SIDR_REP end the request).
 pub(super) fn check_send(
     sender: Sender<'_>,
     port: u8,
@@ -224,41 +268,58 @@ pub(super) fn check_send(
             Err(Refusal::NotInSlice)
         }
     };
-    // A request routed here from `to` that no REP has answered yet.
-    let unanswered = |reqs: &RoutedRequests| match reqs.answered(remote, to) {
-        Some(None) => Ok(()),
-        _ => Err(Refusal::NotRoutedHere),
+    // A request routed here from `to` and still open. Which answers the
+    // process gives it (a REP, again after a REP timeout from a new id, an
+    // MRA, a REJ) is its own affair: only its own connection is at stake.
+    let routed = |reqs: &RoutedRequests| {
+        if reqs.is_open(remote, to) {
+            Ok(())
+        } else {
+            Err(Refusal::NotRoutedHere)
+        }
+    };
+    let own_guid = |guid: u64| {
+        if guid == sender.node_guid {
+            Ok(())
+        } else {
+            Err(Refusal::OtherGuid)
+        }
     };
     match attr_id(mad) {
-        attr::REQ | attr::RTU | attr::DREQ | attr::DREP | attr::LAP | attr::APR => {
-            slice_only(local)
+        attr::REQ => {
+            slice_only(local)?;
+            own_guid(CM_REQ_LOCAL_CA_GUID.get(mad))
         }
+        attr::RTU | attr::DREQ | attr::DREP | attr::LAP | attr::APR => slice_only(local),
         attr::SIDR_REQ => slice_only(local),
         attr::REP => {
             slice_only(local)?;
-            match sender.reqs.answered(remote, to) {
-                None => Err(Refusal::NotRoutedHere),
-                Some(Some(earlier)) if earlier != local => Err(Refusal::OtherRep),
-                Some(_) => {
-                    sender.reqs.rep_sent(remote, to, local);
-                    Ok(())
-                }
-            }
+            own_guid(CM_REP_LOCAL_CA_GUID.get(mad))?;
+            routed(sender.reqs)
         }
         attr::MRA => match CM_MRA_MESSAGE_MRAED.get(mad) {
             MSG_REQ => {
-                unanswered(sender.reqs)?;
+                routed(sender.reqs)?;
                 slice_only(local)
             }
             MSG_REP | MSG_OTHER => slice_only(local),
             _ => Err(Refusal::BadMessageX),
         },
+        // A REJ "timeout" is matched by its ARI's node GUID and its
+        // LocalCommID whatever its MessageRejected (cm_acquire_rejected_id).
+        attr::REJ
+            if CM_REJ_REASON.get(mad) == REJ_TIMEOUT
+                && u64::from_be_bytes(CM_REJ_ARI.get(mad)[..8].try_into().expect("8 bytes"))
+                    != sender.node_guid =>
+        {
+            Err(Refusal::OtherGuid)
+        }
         attr::REJ => match CM_REJ_MESSAGE_REJECTED.get(mad) {
             // From REQ_RCVD the engine sends LocalCommID 0 (the kernel's
             // cm_format_rej), from MRA_REQ_SENT its own; a stateless REJ
             // of a REQ (stale connection) the REQ's RemoteCommID, 0.
             MSG_REQ => {
-                unanswered(sender.reqs)?;
+                routed(sender.reqs)?;
                 if local != 0 {
                     slice_only(local)?;
                 }
@@ -274,7 +335,7 @@ pub(super) fn check_send(
             _ => Err(Refusal::BadMessageX),
         },
         attr::SIDR_REP => {
-            if sender.sidr_reqs.answered(local, to).is_none() {
+            if !sender.sidr_reqs.is_open(local, to) {
                 return Err(Refusal::NotRoutedHere);
             }
             sender.sidr_reqs.close(local, to);
