@@ -44,4 +44,6 @@ impl Switch {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_review_b;
+#[cfg(test)]
 mod tests_server;
