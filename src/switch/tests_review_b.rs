@@ -313,3 +313,90 @@ fn review_b_a_registered_connection_holds_one_daemon_descriptor_as_documented() 
     );
     drop(conns);
 }
+
+/// A device whose received MADs come from a reader thread of its own, as
+/// umad's do (`UmadTransport`: a reader thread per port, joined by
+/// `close`): here a peer that sends DREQs for no connection without pause,
+/// each answered by the switch with a stateless DREP.
+struct ReaderTransport {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    reader: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl ReaderTransport {
+    fn open(recv: crate::transport::RecvFn) -> Arc<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let reader = std::thread::spawn(move || {
+            let dreq = crate::wire::Dreq {
+                local_comm_id: 0x1234,
+                remote_comm_id: 0x0abc_0001,
+                ..crate::wire::Dreq::default()
+            };
+            let mad = Arc::new(dreq.encode(1));
+            while !stopped.load(Ordering::Relaxed) {
+                recv(1, crate::transport::MadAddr::default(), mad.clone());
+            }
+        });
+        Arc::new(Self {
+            stop,
+            reader: std::sync::Mutex::new(Some(reader)),
+        })
+    }
+}
+
+impl MadTransport for ReaderTransport {
+    fn send(
+        &self,
+        _: u8,
+        _: &crate::transport::MadAddr,
+        _: &crate::wire::Mad,
+    ) -> crate::errno::CmResult {
+        Ok(())
+    }
+
+    /// As `UmadTransport::close`: the reader is told to stop, then joined.
+    fn close(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(reader) = self.reader.lock().unwrap().take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Finding: `Switch::close` (the daemon's stop, after SIGTERM) closes each
+/// transport while it holds the `devices` write lock (the guard of
+/// `self.devices.write().drain()` lives through the loop), and a transport's
+/// close joins its reader threads. A reader that is answering a MAD by
+/// itself (`inbound`, `Route::Answer`: a stateless DREP, REJ or SIDR_REP)
+/// takes the `devices` read lock: it waits for `close`, which waits for it.
+/// The daemon hangs at stop until systemd kills it (TimeoutStopSec).
+#[test]
+fn review_b_close_returns_while_a_reader_is_answering_a_mad_itself() {
+    let switch = Switch::new(SwitchConfig::default());
+    switch
+        .add_device("review-b-reader", |recv| {
+            let info = DeviceInfo::of_loop(LoopIdentity::from_name("loop3978").unwrap());
+            Ok((info, ReaderTransport::open(recv) as Arc<dyn MadTransport>))
+        })
+        .unwrap();
+    // The reader is answering DREQs by now.
+    let start = Instant::now();
+    while switch.counter(SwitchCounter::RxStatelessDrep) < 10_000 && start.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (done, closed) = std::sync::mpsc::channel();
+    let closing = switch.clone();
+    // On a thread of its own: a deadlocked close stays there.
+    std::thread::spawn(move || {
+        closing.close();
+        let _ = done.send(());
+    });
+    assert!(
+        closed.recv_timeout(WAIT).is_ok(),
+        "Switch::close did not return within {WAIT:?}: it holds the devices lock while it \
+         joins the reader, which waits for that lock to answer a DREQ ({} answered)",
+        switch.counter(SwitchCounter::RxStatelessDrep)
+    );
+}
