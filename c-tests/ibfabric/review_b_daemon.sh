@@ -128,7 +128,7 @@ daemon() {
 # The pid of the ibcmd serving DIR/NAME.sock (under a wrapper or not).
 ibcmd_pid() {
     for p in $(pgrep -f -- "--socket $dir/$1.sock"); do
-        [ "$(cat /proc/$p/comm 2>/dev/null)" = ibcmd ] && { echo "$p"; return; }
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ibcmd ] && { echo "$p"; return; }
     done
 }
 
@@ -171,8 +171,11 @@ if [ "$served" = 1 ]; then
     echo "PASS: served after an accept4 ENOMEM"
 elif [ -z "$pid" ]; then
     wait "$last"; rc=$?
-    [ $rc != 0 ] && echo "PASS: exited $rc after an accept4 ENOMEM" ||
+    if [ $rc != 0 ]; then
+        echo "PASS: exited $rc after an accept4 ENOMEM"
+    else
         fail "accept-enomem: exited 0 after an accept4 ENOMEM"
+    fi
 else
     fail "accept-enomem: ibcmd (pid $pid) still runs after an accept4 ENOMEM but serves no connection (answered: ${served:-0}); its log says:"
     grep ibcmd: ibcmd.enomem.log | sed 's/^/    /'
