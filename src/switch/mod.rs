@@ -46,4 +46,6 @@ mod tests;
 #[cfg(test)]
 mod tests_review_a;
 #[cfg(test)]
+mod tests_review_b;
+#[cfg(test)]
 mod tests_server;
