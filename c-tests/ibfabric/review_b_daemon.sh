@@ -222,7 +222,7 @@ for _ in range(200):
     s.close()
 EOF
 sleep 1
-lines=$(grep -c "malformed" ibcmd.malformed.log)
+lines=$(grep -c "malformed message" ibcmd.malformed.log)
 echo "200 connections, one malformed message each, in $(grep -c . ibcmd.malformed.log) log lines: $lines about it"
 if [ "$lines" -le 20 ]; then
     echo "PASS: within the tenants' budget"

@@ -106,6 +106,30 @@ fn set_quota(quotas: &mut Quotas, setting: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Where the kernel caps a socket's send buffer without CAP_NET_ADMIN.
+const WMEM_MAX: &str = "/proc/sys/net/core/wmem_max";
+
+/// Raises `net.core.wmem_max` to the buffer the daemon asks for towards
+/// each process, while it may (root, before `--user`), never lowers it:
+/// the daemon no longer forces its buffers past it (a tenant could pin
+/// them), and a 208 KiB one (some 160 MADs) loses a burst of REQs to one
+/// process. Said when it changes the host; the shipped unit does it before
+/// the sandbox (which makes /proc/sys read-only), so failing is quiet.
+fn raise_wmem_max() {
+    let want = ib_cm::switch::CLIENT_SEND_BUFFER;
+    let Some(now) = std::fs::read_to_string(WMEM_MAX)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    else {
+        return;
+    };
+    if now < want && std::fs::write(WMEM_MAX, want.to_string()).is_ok() {
+        eprintln!(
+            "ibcmd: raised net.core.wmem_max from {now} to {want} (each process's socket buffer)"
+        );
+    }
+}
+
 /// The GID of `group`: a number, or a name in /etc/group.
 fn group_id(group: &str) -> Option<u32> {
     if let Ok(gid) = group.parse() {
@@ -195,11 +219,22 @@ fn bind(o: &Options) -> Result<SeqPacket, String> {
 
 /// `--stats`: the running daemon's counters, one `name value` a line.
 fn print_stats(socket: &Path) -> Result<(), String> {
-    let conn = SeqPacket::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    // A daemon that never accepts or answers must not hang the caller (a
+    // script): 10 s, as the library waits.
+    let patience = Duration::from_secs(10);
+    let conn = SeqPacket::connect_within(socket, Some(patience))
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    conn.set_recv_timeout(Some(patience))
+        .map_err(|e| e.to_string())?;
     conn.send(&ToDaemon::Stats { seq: 1 }.encode(), true)
         .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let n = conn.recv(&mut buf).map_err(|e| e.to_string())?;
+    let n = conn.recv(&mut buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            format!("{}: no answer within {patience:?}", socket.display())
+        }
+        _ => e.to_string(),
+    })?;
     match ToClient::decode(&buf[..n.min(buf.len())]) {
         Ok(ToClient::Stats { counters, .. }) => {
             for (name, value) in counters {
@@ -340,6 +375,7 @@ fn run(o: Options) -> Result<(), String> {
         ib_cm::switch::set_no_new_privs_in_every_thread()
             .map_err(|e| format!("cannot set no_new_privs: {e}"))?;
     }
+    raise_wmem_max();
     let inherited = ib_cm::switch::inherited_seqpacket_listener()
         .map_err(|e| format!("the socket passed by systemd (LISTEN_FDS): {e}"))?;
     let switch = Switch::new(SwitchConfig {

@@ -326,28 +326,34 @@ impl SeqPacket {
         Ok(())
     }
 
-    /// Asks for a send buffer of `bytes`: beyond the system's `wmem_max` when
-    /// the process may (`SO_SNDBUFFORCE`, CAP_NET_ADMIN: a daemon run as
-    /// root), else up to it. Failure leaves the default. Returns the size
-    /// it has now ([`Self::send_buffer`]).
+    /// Asks for a send buffer of `bytes`, up to the system's
+    /// `net.core.wmem_max` (never beyond with `SO_SNDBUFFORCE`: the daemon's
+    /// buffers towards a tenant are no larger than what the tenant could
+    /// make itself). Returns the size it has now ([`Self::send_buffer`]).
     pub fn set_send_buffer(&self, bytes: usize) -> usize {
         let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
-            // SAFETY: `size` is a valid int for the option.
-            let rc = unsafe {
-                libc::setsockopt(
-                    self.0.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    option,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                break;
-            }
+        // SAFETY: `size` is a valid int for the option. Failure leaves the
+        // default, which send_buffer says.
+        unsafe {
+            libc::setsockopt(
+                self.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
         }
         self.send_buffer()
+    }
+
+    /// How many bytes this socket sent that its peer has not read yet
+    /// (`SIOCOUTQ`): kernel memory charged to this socket, held until the
+    /// peer reads it or closes its end.
+    pub fn unread(&self) -> io::Result<usize> {
+        let mut bytes: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int to `bytes`.
+        check(unsafe { libc::ioctl(self.0.as_raw_fd(), libc::TIOCOUTQ, &mut bytes) })?;
+        Ok(usize::try_from(bytes).unwrap_or(0))
     }
 
     /// The send buffer the kernel gave, as asked for: it doubles what

@@ -22,6 +22,7 @@ pub use crate::ffi::sys::{
     set_no_new_privs_in_every_thread, supplementary_groups, unix_socket_path, user_ids,
 };
 pub use routing::{Admitted, ClientId, Quotas, Switch, SwitchConfig, SwitchCounter};
+pub use server::CLIENT_SEND_BUFFER;
 
 use crate::errno::CmResult;
 use proto::DeviceInfo;

@@ -539,7 +539,10 @@ impl Switch {
     /// Stops every device's transport and ends every process's connection:
     /// each sees the daemon gone.
     pub fn close(&self) {
-        for (_, d) in self.devices.write().drain() {
+        // Out of the lock first: a transport's close waits for its reader,
+        // which may be answering a MAD itself under the devices' read lock.
+        let devices: Vec<_> = self.devices.write().drain().collect();
+        for (_, d) in devices {
             d.transport.close();
         }
         let conns: Vec<_> = self
@@ -587,7 +590,7 @@ impl Switch {
     /// Logs a line a tenant's action caused (a registration, a refusal),
     /// within [`LogBudget`]: a tenant doing it in a loop cannot flood the
     /// log, and the next line that passes says how many were suppressed.
-    pub(super) fn tenant_log(&self, level: Level, line: impl FnOnce() -> String) {
+    pub(crate) fn tenant_log(&self, level: Level, line: impl FnOnce() -> String) {
         if !crate::log::enabled(level) {
             return;
         }
