@@ -163,6 +163,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
         return Err(EINVAL);
     }
+    super::renew_identity(&mut l)?;
     let device = &id.device;
     l.inner.av = av_from_path(port, &p.primary_path);
     // Without an alternate path the kernel leaves `alt_av` as it was.
@@ -371,6 +372,7 @@ pub fn req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
+    l.inner.used = true;
     l.set_service_id(req.service_id);
     l.set_remote_id(req.local_comm_id);
     l.inner.remote_ca_guid = guid;

@@ -53,6 +53,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
     }
+    super::renew_identity(&mut l)?;
     l.inner.av = av_from_path(port, &p.path);
     l.set_service_id(p.service_id);
     l.inner.timeout_ms = p.timeout_ms;
@@ -201,6 +202,7 @@ pub fn sidr_req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
+    l.inner.used = true;
     l.set_state(IB_CM_SIDR_REQ_RCVD, "SIDR_REQ received");
     l.inner.backlog_slot = Some(slot);
     l.set_remote_id(req.request_id);

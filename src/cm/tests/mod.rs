@@ -22,6 +22,7 @@ mod hostile_lifecycle;
 mod lap;
 mod lifecycle;
 mod logging;
+mod reuse;
 mod saturate;
 mod sidr;
 mod switched;
