@@ -130,8 +130,9 @@ pub struct CmIdInner {
     /// A new id's place in its listener's backlog, until its request event
     /// has been handled (beyond the kernel).
     pub backlog_slot: Option<BacklogSlot>,
-    /// The id sent or answered a request (REQ or SIDR_REQ): its next one
-    /// starts from a fresh identity (`renew_identity`).
+    /// The id sent a request (REQ or SIDR_REQ) or was made for one it
+    /// received: its next one starts from a fresh identity
+    /// (`renew_identity`).
     pub used: bool,
 }
 

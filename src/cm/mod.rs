@@ -106,8 +106,8 @@ fn new_id(device: Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
 /// The kernel keeps both comm IDs, so there a REP for the second REQ finds
 /// nothing (docs/kernel-differences.md). `-EBUSY` when no comm ID is free.
 fn renew_identity(l: &mut id::Locked) -> CmResult {
-    if !std::mem::replace(&mut l.inner.used, true) {
-        return Ok(()); // a new id: its identity is fresh
+    if !l.inner.used {
+        return Ok(()); // a new id (or one whose request never left)
     }
     let me = l.id.me.upgrade().ok_or(EINVAL)?;
     let local_id = {
@@ -125,10 +125,11 @@ fn renew_identity(l: &mut id::Locked) -> CmResult {
     *l.inner = CmIdInner {
         local_id,
         disconnect_timeout: l.inner.disconnect_timeout,
-        used: true,
         ..CmIdInner::default()
     };
-    l.id.public.local_id.store(local_id.to_be(), Ordering::Relaxed);
+    l.id.public
+        .local_id
+        .store(local_id.to_be(), Ordering::Relaxed);
     l.set_remote_id(0);
     l.set_lap_state(crate::abi::ib_cm_lap_state::IB_CM_LAP_UNINIT);
     Ok(())

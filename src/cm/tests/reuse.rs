@@ -17,36 +17,6 @@ use crate::cm::{
 };
 use crate::wire::{MsgResponse, Rej, Rep, attr};
 
-/// The `n`th (from 1) event `event` delivered to `id`.
-fn wait_nth(rec: &Recorder, id: &Arc<CmIdPriv>, event: ib_cm_event_type, n: usize) -> Seen {
-    let nth = || {
-        rec.seen
-            .lock()
-            .iter()
-            .filter(|s| s.id == id.addr() && s.event == event)
-            .nth(n - 1)
-            .cloned()
-    };
-    wait_until(&format!("{event:?} number {n} of {id:?}"), || {
-        nth().is_some()
-    });
-    nth().unwrap()
-}
-
-/// The id the `n`th REQ_RECEIVED of the test made.
-fn nth_new_id(rec: &Recorder, n: usize) -> Arc<CmIdPriv> {
-    let nth = || {
-        rec.seen
-            .lock()
-            .iter()
-            .filter(|s| s.event == IB_CM_REQ_RECEIVED)
-            .nth(n - 1)
-            .and_then(|s| s.new_id.clone())
-    };
-    wait_until(&format!("REQ_RECEIVED number {n}"), || nth().is_some());
-    nth().unwrap()
-}
-
 /// Sends `params` as a REQ on `id` (back in IDLE), which the test's
 /// `n`th REQ_RECEIVED answers; waits until both sides are ESTABLISHED and
 /// returns the peer's new id.
@@ -58,8 +28,8 @@ fn connect_again(
 ) -> Arc<CmIdPriv> {
     assert_eq!(id.state(), IB_CM_IDLE);
     send_req(id, params).unwrap();
-    let passive = nth_new_id(rec, n);
-    wait_nth(rec, &passive, IB_CM_RTU_RECEIVED, 1);
+    let passive = rec.nth_new_id(n);
+    rec.wait_nth(&passive, IB_CM_RTU_RECEIVED, 1);
     assert_eq!(id.state(), IB_CM_ESTABLISHED);
     assert_eq!(passive.state(), IB_CM_ESTABLISHED);
     passive
@@ -81,10 +51,10 @@ fn disconnect_with_private_data(rec: &Recorder, active: &Arc<CmIdPriv>, passive:
         .filter(|e| **e == IB_CM_DREP_RECEIVED)
         .count();
     send_dreq(active, Some(&dreq_pd)).unwrap();
-    let got = wait_nth(rec, passive, IB_CM_DREQ_RECEIVED, dreqs + 1);
+    let got = rec.wait_nth(passive, IB_CM_DREQ_RECEIVED, dreqs + 1);
     assert_eq!(got.private_data.unwrap(), dreq_pd);
     send_drep(passive, Some(&drep_pd)).unwrap();
-    let got = wait_nth(rec, active, IB_CM_DREP_RECEIVED, dreps + 1);
+    let got = rec.wait_nth(active, IB_CM_DREP_RECEIVED, dreps + 1);
     assert_eq!(got.state, IB_CM_TIMEWAIT);
     assert_eq!(got.private_data.unwrap(), drep_pd);
 }
@@ -204,7 +174,7 @@ fn reuse_after_rej_sent_in_rep_rcvd_and_received_in_rep_sent() {
     // id by the REJ it receives in REP_SENT.
     first_time(&pair.rec, IB_CM_REP_RECEIVED, reject, answer_rtu);
     send_req(&pair.active, &pair.req_params()).unwrap();
-    let first = nth_new_id(&pair.rec, 1);
+    let first = pair.rec.nth_new_id(1);
     pair.rec.wait(Some(&first), IB_CM_REJ_RECEIVED);
     assert_eq!(pair.active.state(), IB_CM_IDLE);
     assert_eq!(first.state(), IB_CM_IDLE);
@@ -224,7 +194,7 @@ fn reuse_after_rej_sent_in_req_rcvd() {
     first_time(&pair.rec, IB_CM_REQ_RECEIVED, reject, answer_rep);
     send_req(&pair.active, &pair.req_params()).unwrap();
     pair.rec.wait(Some(&pair.active), IB_CM_REJ_RECEIVED);
-    let first = nth_new_id(&pair.rec, 1);
+    let first = pair.rec.nth_new_id(1);
     assert_eq!(first.state(), IB_CM_IDLE);
 
     let second = connect_again(&pair.rec, &first, &req_from_b(&pair), 2);
@@ -240,7 +210,7 @@ fn reuse_after_rej_timeout_sent_in_req_sent_and_received_in_req_rcvd() {
     // REJ "timeout" (its node GUID as ARI), which finds B's id by A's comm ID.
     first_time(&pair.rec, IB_CM_REQ_RECEIVED, |_| 0, answer_rep);
     send_req(&pair.active, &pair.req_params()).unwrap();
-    let first = nth_new_id(&pair.rec, 1);
+    let first = pair.rec.nth_new_id(1);
     let guid = pair.a.node_guid.to_be_bytes();
     send_rej(&pair.active, IB_CM_REJ_TIMEOUT as u16, &guid, &[]).unwrap();
     pair.rec.wait(Some(&first), IB_CM_REJ_RECEIVED);
@@ -283,7 +253,7 @@ fn reuse_after_rep_error_on_the_passive_side() {
         ..pair.req_params()
     };
     send_req(&pair.active, &quick).unwrap();
-    let first = nth_new_id(&pair.rec, 1);
+    let first = pair.rec.nth_new_id(1);
     pair.rec.wait(Some(&first), IB_CM_REP_ERROR);
     pair.rec.wait(Some(&pair.active), IB_CM_REQ_ERROR);
     assert_eq!(first.state(), IB_CM_IDLE);
@@ -395,7 +365,7 @@ fn reuse_after_rej_sent_in_rep_sent_and_timewait() {
     first_time(&pair.rec, IB_CM_REP_RECEIVED, |_| 0, answer_rtu);
     send_req(&pair.active, &pair.req_params()).unwrap();
     pair.rec.wait(Some(&pair.active), IB_CM_REP_RECEIVED);
-    let first = nth_new_id(&pair.rec, 1);
+    let first = pair.rec.nth_new_id(1);
     assert_eq!(first.state(), IB_CM_REP_SENT);
     reject(&first);
     assert_eq!(first.state(), IB_CM_TIMEWAIT);
@@ -435,12 +405,12 @@ fn reuse_after_an_mra_and_a_rej_on_both_sides() {
     send_req(&pair.active, &pair.req_params()).unwrap();
     pair.rec.wait(Some(&pair.active), IB_CM_MRA_RECEIVED);
     pair.rec.wait(Some(&pair.active), IB_CM_REJ_RECEIVED);
-    let first = nth_new_id(&pair.rec, 1);
+    let first = pair.rec.nth_new_id(1);
     assert_eq!(first.state(), IB_CM_IDLE);
 
     // A connects again; its REP_RECEIVED now answers with an MRA and a REJ.
     send_req(&pair.active, &pair.req_params()).unwrap();
-    let second = nth_new_id(&pair.rec, 2);
+    let second = pair.rec.nth_new_id(2);
     pair.rec.wait(Some(&second), IB_CM_REJ_RECEIVED);
     assert_eq!(pair.active.state(), IB_CM_IDLE);
 
@@ -510,8 +480,8 @@ fn reuse_forgets_the_old_alternate_path_and_lap_state() {
         ..pair.req_params()
     };
     send_req(&pair.active, &with_alt).unwrap();
-    let first = nth_new_id(&pair.rec, 1);
-    wait_nth(&pair.rec, &first, IB_CM_RTU_RECEIVED, 1);
+    let first = pair.rec.nth_new_id(1);
+    pair.rec.wait_nth(&first, IB_CM_RTU_RECEIVED, 1);
     notify(&pair.active, ib_event_type::IB_EVENT_PATH_MIG as i32).unwrap();
     assert_ne!(pair.active.lock().lap_state(), IB_CM_LAP_UNINIT as i32);
     disconnect_with_private_data(&pair.rec, &pair.active, &first);
