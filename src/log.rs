@@ -33,6 +33,19 @@ pub fn max_level() -> Level {
 
 static LEVEL: OnceLock<Level> = OnceLock::new();
 
+impl Level {
+    /// The level's name, as `IBCM_LOG` takes it and ib_cm(7) writes it; each
+    /// line carries it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+}
+
 #[cold]
 fn read_level() -> Level {
     let value = crate::ffi::sys::secure_var_os(c"IBCM_LOG");
@@ -52,8 +65,9 @@ fn read_level() -> Level {
     level
 }
 
-/// A level's name in any case (`DEBUG`, as `RUST_LOG` takes it), or the
-/// `warning` its lines carry; `None` for anything else (`""`: unset).
+/// A level's name in any case (`DEBUG`, as `RUST_LOG` takes it), or
+/// `warning` (the tag warnings carried until issue 31); `None` for anything
+/// else (`""`: unset).
 fn parse_level(value: &std::ffi::OsStr) -> Option<Level> {
     let value = value.to_str()?;
     [
@@ -77,14 +91,8 @@ pub fn enabled(level: Level) -> bool {
 /// Writes one line, `ib_cm: <level>: <message>`, in one `write(2)` so lines
 /// of different threads do not interleave; a failed write is ignored.
 pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
-    let tag = match level {
-        Level::Error => "error",
-        Level::Warn => "warning",
-        Level::Info => "info",
-        Level::Debug => "debug",
-    };
     let mut line = LineBuf::new();
-    format_line(&mut line, tag, args);
+    format_line(&mut line, level.name(), args);
     let line = line.finish();
     if level <= max_level() {
         to_stderr(line);
@@ -350,6 +358,58 @@ mod tests {
         assert_eq!(parse_level(OsStr::new("")), Some(Level::Warn));
         assert_eq!(parse_level(OsStr::new("dbg")), None);
         assert_eq!(parse_level(OsStr::new("4")), None);
+    }
+
+    /// Issue 31, point 3: `IBCM_LOG=bogus` is warned about at the level the
+    /// pages call `warn`, with that name (it said `warning`). The level is
+    /// read once per process, so a child process of this test binary reads
+    /// it (`the_level_read_by_a_child`), its stderr a file.
+    #[test]
+    fn an_ibcm_log_value_naming_no_level_warns_once_naming_warn() {
+        let path = std::env::temp_dir().join(format!("ibcm-log-level-{}", std::process::id()));
+        let stderr = std::fs::File::create(&path).unwrap();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "log::tests::the_level_read_by_a_child",
+                "--test-threads=1",
+            ])
+            .env("IBCM_LOG", "bogus")
+            .env("IBCM_LOG_TEST_CHILD", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .status()
+            .unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(status.success(), "the child failed: {written}");
+        assert_eq!(
+            written,
+            "ib_cm: warn: IBCM_LOG=\"bogus\" is none of error, warn, info, debug: using warn\n"
+        );
+    }
+
+    /// Only in the child of the test above: the level (warn), read as the
+    /// library reads it.
+    #[test]
+    fn the_level_read_by_a_child() {
+        if std::env::var_os("IBCM_LOG_TEST_CHILD").is_some() {
+            assert_eq!(max_level(), Level::Warn);
+            assert_eq!(max_level(), Level::Warn); // and warned only once
+        }
+    }
+
+    /// ib_cm(7) names the levels `error`, `warn`, `info`, `debug`: each line
+    /// carries its level by that name, which `IBCM_LOG` takes back.
+    #[test]
+    fn each_line_is_tagged_with_the_name_ibcm_log_takes() {
+        use std::ffi::OsStr;
+        let levels = [Level::Error, Level::Warn, Level::Info, Level::Debug];
+        let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+        assert_eq!(names, ["error", "warn", "info", "debug"]);
+        for level in levels {
+            assert_eq!(parse_level(OsStr::new(level.name())), Some(level));
+        }
     }
 
     #[test]

@@ -56,8 +56,9 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
                 l.set_state(IB_CM_IDLE, "destroyed");
             }
             IB_CM_ESTABLISHED => {
-                issue_dreq(&l);
+                // Timewait first: the DREQ may reach the peer at once.
                 enter_timewait(&mut l, "destroyed");
+                issue_dreq(&l);
             }
             IB_CM_DREQ_SENT => {
                 cancel_msg(&mut l);

@@ -312,9 +312,14 @@ impl Device {
         if crate::pcap::enabled() {
             crate::pcap::record(&self.source_gid(port_num, addr.sgid_index), &addr.dgid, mad);
         }
-        send(&*self.transport)?;
-        drop(closed);
+        // Before the hand-over: the peer may handle the MAD (and log its
+        // `recv`) before the transport returns.
         trace::mad(Dir::Send, &self.name, port_num, addr, mad);
+        if let Err(e) = send(&*self.transport) {
+            trace::unsent(&self.name, port_num, addr, mad, e);
+            return Err(e);
+        }
+        drop(closed);
         self.count(port_num, Counter::TxMsgs, mad_attr_id(mad));
         Ok(())
     }

@@ -47,13 +47,12 @@ pub fn send_dreq_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
     }
     cancel_outstanding_lap(l);
     let mad = format_dreq(l, private_data);
-    if let Err(e) = send_tracked(l, mad, IB_CM_DREQ_SENT) {
+    if let Err(e) = send_tracked(l, mad, IB_CM_DREQ_SENT, "DREQ sent") {
         // The kernel's contract: a DREQ that cannot be sent still ends the
         // connection.
         enter_timewait(l, "DREQ not sent");
         return Err(e);
     }
-    l.set_state(IB_CM_DREQ_SENT, "DREQ sent");
     Ok(())
 }
 

@@ -130,6 +130,10 @@ pub struct CmIdInner {
     /// A new id's place in its listener's backlog, until its request event
     /// has been handled (beyond the kernel).
     pub backlog_slot: Option<BacklogSlot>,
+    /// The id sent a request (REQ or SIDR_REQ) or was made for one it
+    /// received: its next one starts from a fresh identity
+    /// (`renew_identity`).
+    pub used: bool,
 }
 
 /// A cm_id. `#[repr(C)]` with `public` first: the C `struct ib_cm_id *` is the

@@ -95,6 +95,46 @@ fn new_id(device: Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
     }))
 }
 
+/// A request (`ib_send_cm_req`, `ib_send_cm_sidr_req`) on an id back in
+/// IDLE after one it sent or answered before: the id starts afresh, as a new
+/// id would. It gets a new local comm ID, so that nothing meant for the old
+/// connection (a REP, REJ or DREQ still on its way, or the peer's timewait
+/// of it) can match the new one; and it forgets the old connection's peer
+/// (the remote comm ID a REP is matched on, the remote QPN and CA GUID),
+/// addresses, alternate path, LAP state, stored private data and timers.
+/// What the user set on the id (handler, context, disconnect bound) stays.
+/// The kernel keeps both comm IDs, so there a REP for the second REQ finds
+/// nothing (docs/kernel-differences.md). `-EBUSY` when no comm ID is free.
+fn renew_identity(l: &mut id::Locked) -> CmResult {
+    if !l.inner.used {
+        return Ok(()); // a new id (or one whose request never left)
+    }
+    let me = l.id.me.upgrade().ok_or(EINVAL)?;
+    let local_id = {
+        let mut t = tables();
+        let local_id = t.alloc_local_id(l.id.device.id_slice()).ok_or(EBUSY)?;
+        t.local.remove(&l.inner.local_id);
+        t.local.insert(local_id, me);
+        local_id
+    };
+    send::cancel_msg(l);
+    timewait::remove_remote(l);
+    if let Some(timer) = l.inner.timewait_timer.take() {
+        worker::cancel_timer(timer);
+    }
+    *l.inner = CmIdInner {
+        local_id,
+        disconnect_timeout: l.inner.disconnect_timeout,
+        ..CmIdInner::default()
+    };
+    l.id.public
+        .local_id
+        .store(local_id.to_be(), Ordering::Relaxed);
+    l.set_remote_id(0);
+    l.set_lap_state(crate::abi::ib_cm_lap_state::IB_CM_LAP_UNINIT);
+    Ok(())
+}
+
 /// Drops an id that was never made visible (a SIDR request nobody serves).
 fn forget_unfinalized(id: &Arc<CmIdPriv>) {
     id.device.ids.fetch_sub(1, Ordering::AcqRel);

@@ -60,12 +60,17 @@ fn mra_sent_from(l: &Locked) -> CmResult<MraSent> {
     }
 }
 
-/// The id enters its MRA state and keeps what a duplicate's MRA re-sends.
-fn enter_mra_sent(l: &mut Locked, to: MraSent, service_timeout: u8, private_data: &[u8]) {
+/// The id enters its MRA state (or lap_state).
+fn enter_mra_state(l: &mut Locked, to: MraSent) {
     match to {
         MraSent::State(state, _) => l.set_state(state, "MRA sent"),
         MraSent::Lap => l.set_lap_state(IB_CM_MRA_LAP_SENT),
     }
+}
+
+/// The id enters its MRA state and keeps what a duplicate's MRA re-sends.
+fn enter_mra_sent(l: &mut Locked, to: MraSent, service_timeout: u8, private_data: &[u8]) {
+    enter_mra_state(l, to);
     l.inner.mra_service_timeout = service_timeout;
     l.inner.private_data = private_data.into();
 }
@@ -92,7 +97,17 @@ pub fn send_mra(id: &Arc<CmIdPriv>, service_timeout: u8, private_data: Option<&[
     let mut l = id.lock_live()?;
     let to = mra_sent_from(&l)?;
     if service_timeout & IB_CM_MRA_FLAG_DELAY == 0 {
-        send_untracked(&l, &format_mra_with(&l, to.mraed(), service_timeout, pd))?;
+        // In the MRA state before the peer may have the MRA (the log's
+        // order); back if it cannot be sent.
+        let was = l.state();
+        enter_mra_state(&mut l, to);
+        if let Err(e) = send_untracked(&l, &format_mra_with(&l, to.mraed(), service_timeout, pd)) {
+            match to {
+                MraSent::State(..) => l.set_state(was, "MRA not sent"),
+                MraSent::Lap => l.set_lap_state(IB_CM_LAP_RCVD),
+            }
+            return Err(e);
+        }
     }
     // The flag stays in the stored timeout; the wire field keeps 5 bits.
     enter_mra_sent(&mut l, to, service_timeout, pd);

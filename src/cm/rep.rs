@@ -62,8 +62,11 @@ pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
         ..qp_fields(l.inner.qp_type, qp_num, p)
     };
     let mad = rep.encode(l.inner.tid);
-    send_tracked(&mut l, mad, IB_CM_REP_SENT)?;
-    l.set_state(IB_CM_REP_SENT, "REP sent");
+    let answering = l.state();
+    if let Err(e) = send_tracked(&mut l, mad, IB_CM_REP_SENT, "REP sent") {
+        l.set_state(answering, "REP not sent");
+        return Err(e);
+    }
     l.inner.initiator_depth = p.initiator_depth;
     l.inner.responder_resources = p.responder_resources;
     l.inner.rq_psn = rep.starting_psn;

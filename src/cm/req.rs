@@ -163,6 +163,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
         return Err(EINVAL);
     }
+    super::renew_identity(&mut l)?;
     let device = &id.device;
     l.inner.av = av_from_path(port, &p.primary_path);
     // Without an alternate path the kernel leaves `alt_av` as it was.
@@ -219,12 +220,15 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     l.inner.tid = tid;
     l.inner.local_qpn = req.local_qpn;
     l.inner.rq_psn = req.starting_psn;
-    // The id commits to the connection (timewait info, REQ_SENT) only once
-    // the REQ is out and tracked: a failed send, or a panic on the way, leaves
-    // it IDLE and able to send a REQ again.
-    send_tracked(&mut l, req.encode(tid), IB_CM_REQ_SENT)?;
+    // The id commits to the connection (timewait info) only once the REQ
+    // is out and tracked: a failed send, or a panic on the way, leaves it
+    // IDLE and able to send a REQ again.
+    if let Err(e) = send_tracked(&mut l, req.encode(tid), IB_CM_REQ_SENT, "REQ sent") {
+        l.set_state(IB_CM_IDLE, "REQ not sent");
+        return Err(e);
+    }
     l.inner.has_timewait_info = true;
-    l.set_state(IB_CM_REQ_SENT, "REQ sent");
+    l.inner.used = true;
     Ok(())
 }
 
@@ -371,6 +375,7 @@ pub fn req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
+    l.inner.used = true;
     l.set_service_id(req.service_id);
     l.set_remote_id(req.local_comm_id);
     l.inner.remote_ca_guid = guid;

@@ -31,8 +31,14 @@ pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
         remote_comm_id: l.inner.remote_id,
         private_data: pd_array(private_data),
     };
-    send_untracked(&l, &rtu.encode(l.inner.tid))?;
+    // ESTABLISHED before the peer may have the RTU (the log's order); back
+    // if it cannot be sent.
+    let answering = l.state();
     l.set_state(IB_CM_ESTABLISHED, "RTU sent");
+    if let Err(e) = send_untracked(&l, &rtu.encode(l.inner.tid)) {
+        l.set_state(answering, "RTU not sent");
+        return Err(e);
+    }
     l.inner.private_data = private_data.into();
     Ok(())
 }

@@ -31,27 +31,40 @@ pub fn send_untracked(l: &Locked, mad: &Mad) -> CmResult {
     l.id.device.send(av.port_num, &av.addr, mad)
 }
 
-/// Sends `mad` as the id's tracked MAD: resent every `timeout_ms` up to
-/// `max_cm_retries` times while the id stays in `sent_in`, then reported as an
+/// Sends `mad` as the id's tracked MAD and moves the id to `sent_in` (`why`
+/// for the log): the MAD is resent every `timeout_ms` up to
+/// `max_cm_retries` times while the id stays there, then reported as an
 /// error event. Replaces (cancels) any earlier tracked MAD.
-pub fn send_tracked(l: &mut Locked, mad: Mad, sent_in: ib_cm_state) -> CmResult {
+///
+/// The id is tracked and in `sent_in` before the MAD goes to the transport:
+/// the peer may answer (and log) at once, and the log must tell the state
+/// change first. The timer is armed before anything changes, so a panic
+/// there leaves the id as it was. If the transport refuses the MAD it is
+/// forgotten and the error returned, the id still in `sent_in`: the caller
+/// moves it back, or on (a DREQ to timewait).
+pub fn send_tracked(l: &mut Locked, mad: Mad, sent_in: ib_cm_state, why: &'static str) -> CmResult {
     cancel_msg(l);
     let av = l.inner.av;
     let mad = Arc::new(mad);
-    l.id.device.send_shared(av.port_num, &av.addr, &mad)?;
     let (timeout_ms, retries) = match (sent_in, l.inner.disconnect_timeout) {
         (IB_CM_DREQ_SENT, Some(bound)) => bound,
         _ => (l.inner.timeout_ms, l.inner.max_cm_retries),
     };
+    let timer = arm_retransmit(l, timeout_ms);
     l.inner.msg = Some(Box::new(TrackedMsg {
-        mad,
+        mad: mad.clone(),
         av,
         sent_in,
         retries_left: retries,
         timeout_ms,
-        timer: arm_retransmit(l, timeout_ms),
+        timer,
     }));
-    Ok(())
+    l.set_state(sent_in, why);
+    let sent = l.id.device.send_shared(av.port_num, &av.addr, &mad);
+    if sent.is_err() {
+        cancel_msg(l);
+    }
+    sent
 }
 
 fn arm_retransmit(l: &Locked, timeout_ms: u32) -> TimerId {
@@ -95,17 +108,14 @@ pub fn retransmit_handler(id: &Arc<CmIdPriv>, timer: TimerId) {
     if msg.retries_left > 0 {
         msg.retries_left -= 1;
         let (av, timeout_ms): (Av, u32) = (msg.av, msg.timeout_ms);
-        let attr_id = super::device::mad_attr_id(&msg.mad);
+        let (mad, left) = (msg.mad.clone(), msg.retries_left);
+        let attr_id = super::device::mad_attr_id(&mad);
         id.device.count(av.port_num, Counter::TxRetries, attr_id);
+        // Logged before the hand-over, as the first send.
+        trace::retry(&l, attr_id, left);
         // `timeout_sends()`: a retry that cannot be posted completes the MAD
         // at once, as if it had run out of retries.
-        if id
-            .device
-            .send_shared(av.port_num, &av.addr, &msg.mad)
-            .is_ok()
-        {
-            let left = msg.retries_left;
-            trace::retry(&l, attr_id, left);
+        if id.device.send_shared(av.port_num, &av.addr, &mad).is_ok() {
             let timer = arm_retransmit(&l, timeout_ms);
             if let Some(msg) = l.inner.msg.as_mut() {
                 msg.timer = timer;

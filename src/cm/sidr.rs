@@ -53,6 +53,7 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
     if l.state() != IB_CM_IDLE {
         return Err(EINVAL);
     }
+    super::renew_identity(&mut l)?;
     l.inner.av = av_from_path(port, &p.path);
     l.set_service_id(p.service_id);
     l.inner.timeout_ms = p.timeout_ms;
@@ -64,8 +65,11 @@ pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
         private_data: pd_array(&p.private_data),
     };
     let mad = req.encode(form_tid(id.device.hi_tid, l.inner.local_id));
-    send_tracked(&mut l, mad, IB_CM_SIDR_REQ_SENT)?;
-    l.set_state(IB_CM_SIDR_REQ_SENT, "SIDR_REQ sent");
+    if let Err(e) = send_tracked(&mut l, mad, IB_CM_SIDR_REQ_SENT, "SIDR_REQ sent") {
+        l.set_state(IB_CM_IDLE, "SIDR_REQ not sent");
+        return Err(e);
+    }
+    l.inner.used = true;
     Ok(())
 }
 
@@ -75,8 +79,9 @@ fn sidr_key(request_id: u32, av: &Av) -> (u32, [u8; 16], u16) {
 }
 
 /// `cm_send_sidr_rep_locked()`: answers, then the id is IDLE and forgets the
-/// request. If the MAD cannot be posted nothing changes: the id stays in
-/// SIDR_REQ_RCVD, so the caller can try again.
+/// request. If the MAD cannot be posted nothing changes: the id goes back to
+/// SIDR_REQ_RCVD, so the caller can try again. (IDLE comes first, before
+/// the answer may reach the peer, for the log's order.)
 fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
     let rep = SidrRep {
         request_id: l.inner.remote_id,
@@ -89,7 +94,11 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
         info: pd_array(&p.info),
         private_data: pd_array(&p.private_data),
     };
-    send_untracked(l, &rep.encode(l.inner.tid, p.ece.1))?;
+    l.set_state(IB_CM_IDLE, "SIDR_REP sent");
+    if let Err(e) = send_untracked(l, &rep.encode(l.inner.tid, p.ece.1)) {
+        l.set_state(IB_CM_SIDR_REQ_RCVD, "SIDR_REP not sent");
+        return Err(e);
+    }
     forget_sidr_request(l, "SIDR_REP sent");
     Ok(())
 }
@@ -201,6 +210,7 @@ pub fn sidr_req_handler(work: Received) {
     };
     let mut l = new_id.lock();
     l.inherit_user_fields(&listener);
+    l.inner.used = true;
     l.set_state(IB_CM_SIDR_REQ_RCVD, "SIDR_REQ received");
     l.inner.backlog_slot = Some(slot);
     l.set_remote_id(req.request_id);

@@ -8,11 +8,15 @@
 //! info:  id 0x<local>/0x<remote> <dev>:<port> retry <ATTR> (<n> left)
 //! info:  id 0x<local>/0x<remote> <dev>:<port> timeout <ATTR>
 //! info:  drop <ATTR> tid 0x<tid> <ids> port <port> from <peer> len <len> on <dev>: <reason>
+//! info:  unsent <ATTR> tid 0x<tid> <ids> port <port> to <peer> len <len> on <dev>: errno <n>
 //! debug: send|recv <ATTR> tid 0x<tid> <ids> port <port> to|from <peer> len <len> on <dev>
 //! ```
 //!
 //! `<ids>` is `local 0x… remote 0x…` (the MAD's two comm IDs, host order),
-//! or `request 0x…` for SIDR. Every function here is called behind the
+//! or `request 0x…` for SIDR. A line about a MAD sent, and the sender's
+//! state change, are written before the MAD goes to the transport: on the
+//! in-process fabric the peer's worker may take it at once, and its lines
+//! must not come first. Every function here is called behind the
 //! `ibcm_log!` level check, so nothing is formatted below the level; they
 //! read what they print from the MAD and the id's public fields, take no
 //! lock and do not allocate.
@@ -24,6 +28,7 @@ use std::sync::atomic::Ordering;
 use super::event::CmEvent;
 use super::id::{CmIdPriv, Locked};
 use crate::abi::{ib_cm_event_type, ib_cm_state};
+use crate::errno::Errno;
 use crate::ibcm_log;
 use crate::transport::MadAddr;
 use crate::wire::{Mad, attr};
@@ -110,6 +115,18 @@ pub fn mad(dir: Dir, dev: &str, port: u8, peer: &MadAddr, mad: &[u8]) {
         MadSummary(mad, port),
         Peer(peer),
         mad.len()
+    );
+}
+
+/// A MAD whose `send` line was written, refused by the transport.
+pub fn unsent(dev: &str, port: u8, peer: &MadAddr, mad: &[u8], err: Errno) {
+    ibcm_log!(
+        Info,
+        "unsent {} to {} len {} on {dev}: errno {}",
+        MadSummary(mad, port),
+        Peer(peer),
+        mad.len(),
+        err.0
     );
 }
 

@@ -103,6 +103,10 @@ struct Faults {
     dup_percent: u32,
     /// xorshift64* state: deterministic per device for reproducible soaks.
     rng: u64,
+    /// Tests: how long a send waits after handing its MAD over, so that the
+    /// receiving worker surely runs first (tests of the log's order).
+    #[cfg(test)]
+    linger: std::time::Duration,
 }
 
 impl Faults {
@@ -161,6 +165,8 @@ impl LoopTransport {
                 drop_percent: 0,
                 dup_percent: 0,
                 rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(me.index),
+                #[cfg(test)]
+                linger: std::time::Duration::ZERO,
             }),
         }))
     }
@@ -180,6 +186,13 @@ impl LoopTransport {
     /// The next `count` sends of `attr_id` fail with `-ENETDOWN`.
     pub fn fail_next(&self, attr_id: u16, count: u32) {
         self.faults.lock().failures.set(attr_id, count.into());
+    }
+
+    /// Each MAD this device delivers keeps its sender `linger` longer in the
+    /// send (tests: the receiver's worker then handles it first).
+    #[cfg(test)]
+    pub fn linger_after_send(&self, linger: std::time::Duration) {
+        self.faults.lock().linger = linger;
     }
 
     /// How many MADs of `attr_id` this device has sent, dropped ones included.
@@ -266,6 +279,13 @@ impl LoopTransport {
         let mad = shared.cloned().unwrap_or_else(|| Arc::new(*mad));
         for _ in 0..copies {
             recv(1, reply, mad.clone());
+        }
+        #[cfg(test)]
+        {
+            let linger = self.faults.lock().linger;
+            if !linger.is_zero() {
+                std::thread::sleep(linger);
+            }
         }
         Ok(())
     }

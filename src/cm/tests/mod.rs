@@ -21,7 +21,9 @@ mod hostile_c;
 mod hostile_lifecycle;
 mod lap;
 mod lifecycle;
+mod log_order;
 mod logging;
+mod reuse;
 mod saturate;
 mod sidr;
 mod switched;
@@ -154,6 +156,37 @@ impl Recorder {
                 panic!("timed out waiting for {event:?}; seen: {:?}", events(&seen));
             }
         }
+    }
+
+    /// Waits for the `n`th (from 1) event `event` of `id`.
+    pub fn wait_nth(&self, id: &Arc<CmIdPriv>, event: ib_cm_event_type, n: usize) -> Seen {
+        let nth = || {
+            self.seen
+                .lock()
+                .iter()
+                .filter(|s| s.id == id.addr() && s.event == event)
+                .nth(n - 1)
+                .cloned()
+        };
+        wait_until(&format!("{event:?} number {n} of {id:?}"), || {
+            nth().is_some()
+        });
+        nth().unwrap()
+    }
+
+    /// Waits for the `n`th (from 1) REQ_RECEIVED of any id; returns the id
+    /// it made.
+    pub fn nth_new_id(&self, n: usize) -> Arc<CmIdPriv> {
+        let nth = || {
+            self.seen
+                .lock()
+                .iter()
+                .filter(|s| s.event == IB_CM_REQ_RECEIVED)
+                .nth(n - 1)
+                .and_then(|s| s.new_id.clone())
+        };
+        wait_until(&format!("REQ_RECEIVED number {n}"), || nth().is_some());
+        nth().unwrap()
     }
 
     /// Every event delivered to `id` so far, in order.
