@@ -17,6 +17,8 @@ mod path;
 mod sa;
 pub(crate) mod seqpacket;
 pub(crate) mod sys;
+#[cfg(test)]
+mod tests;
 
 use std::ffi::c_void;
 use std::fmt;
