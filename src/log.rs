@@ -121,9 +121,9 @@ pub fn write_limited(key: &'static str, level: Level, args: std::fmt::Arguments<
 }
 
 /// Lines of one key written at once before [`write_limited`] holds any back.
-pub const BURST: u32 = 10;
+pub(crate) const BURST: u32 = 10;
 /// How long [`write_limited`] takes to earn one line back.
-pub const REFILL: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const REFILL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One key's token bucket: few keys (the C API's functions), so a list.
 static BUCKETS: parking_lot::Mutex<Vec<(&'static str, Bucket)>> =

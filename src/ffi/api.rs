@@ -62,9 +62,8 @@ pub extern "C" fn ib_cm_insert_listen(
 
 /// Destroys a cm_id (see the README for what is sent in each state). Waits
 /// for a running handler of the id unless called from inside it. A pointer
-/// that is not a live cm_id (NULL, already destroyed) is ignored (and its
-/// log line says so); a destroyed id's address is not given to a new id
-/// before 1024 more ids were destroyed.
+/// that is not a live cm_id (NULL, already destroyed) is ignored; a destroyed
+/// id's address is not given to a new id before 1024 more ids were destroyed.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_destroy_cm_id(cm_id: *mut ib_cm_id) {
     api("ib_destroy_cm_id", (), || {
