@@ -99,16 +99,17 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
 /// per [`REFILL`] (10 a second). Lines held back are counted, and the next
 /// line of the key that is written ends with how many: `[9990 suppressed]`.
 pub fn write_limited(key: &'static str, level: Level, args: std::fmt::Arguments<'_>) {
+    let now = std::time::Instant::now();
     let suppressed = {
         let mut buckets = BUCKETS.lock();
         let i = match buckets.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
-                buckets.push((key, Bucket::new(std::time::Instant::now())));
+                buckets.push((key, Bucket::new(now)));
                 buckets.len() - 1
             }
         };
-        match buckets[i].1.admit(std::time::Instant::now()) {
+        match buckets[i].1.admit(now) {
             Some(suppressed) => suppressed,
             None => return,
         }
