@@ -10,6 +10,7 @@ pub mod errno;
 pub mod ffi;
 pub mod log;
 pub mod pcap;
+pub mod refusal;
 pub mod sa;
 pub mod switch;
 #[cfg(test)]

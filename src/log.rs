@@ -102,6 +102,90 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// [`write`] for lines a program can provoke in a loop (a refused call):
+/// each `key` (the function refused) gets [`BURST`] lines at once, then one
+/// per [`REFILL`] (10 a second). Lines held back are counted, and the next
+/// line of the key that is written ends with how many: `[9990 suppressed]`.
+pub fn write_limited(key: &'static str, level: Level, args: std::fmt::Arguments<'_>) {
+    let now = std::time::Instant::now();
+    let suppressed = {
+        let mut buckets = BUCKETS.lock();
+        let i = match buckets.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                buckets.push((key, Bucket::new(now)));
+                buckets.len() - 1
+            }
+        };
+        match buckets[i].1.admit(now) {
+            Some(suppressed) => suppressed,
+            None => return,
+        }
+    };
+    if suppressed == 0 {
+        write(level, args);
+    } else {
+        write(level, format_args!("{args} [{suppressed} suppressed]"));
+    }
+}
+
+/// Lines of one key written at once before [`write_limited`] holds any back.
+pub(crate) const BURST: u32 = 10;
+/// How long [`write_limited`] takes to earn one line back.
+pub(crate) const REFILL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One key's token bucket: few keys (the C API's functions), so a list.
+static BUCKETS: parking_lot::Mutex<Vec<(&'static str, Bucket)>> =
+    parking_lot::Mutex::new(Vec::new());
+
+/// Every key starts afresh with a full bucket (tests that count lines).
+#[cfg(test)]
+pub fn reset_rate_limits() {
+    BUCKETS.lock().clear();
+}
+
+/// A token bucket of [`BURST`] lines, one more per [`REFILL`].
+#[derive(Debug)]
+struct Bucket {
+    tokens: u32,
+    /// When the tokens were last counted: a part of a [`REFILL`] since is
+    /// not lost.
+    counted: std::time::Instant,
+    /// Lines held back since the last one written.
+    suppressed: u64,
+}
+
+impl Bucket {
+    fn new(now: std::time::Instant) -> Self {
+        Self {
+            tokens: BURST,
+            counted: now,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether a line may be written at `now`: `Some(how many were held
+    /// back before it)`, or `None` (held back, and counted).
+    fn admit(&mut self, now: std::time::Instant) -> Option<u64> {
+        let earned = now.saturating_duration_since(self.counted).as_nanos() / REFILL.as_nanos();
+        if earned > 0 {
+            let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+            self.tokens = self.tokens.saturating_add(earned).min(BURST);
+            self.counted = if self.tokens == BURST {
+                now
+            } else {
+                self.counted + REFILL * earned
+            };
+        }
+        if self.tokens == 0 {
+            self.suppressed += 1;
+            return None;
+        }
+        self.tokens -= 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
 /// Writes `line` to standard error without ever making the caller wait for
 /// its reader: a regular file (or /dev/null) is written at once; a pipe, a
 /// socket or a terminal, whose reader may stall (a supervisor, journald, a
@@ -425,6 +509,25 @@ mod tests {
                 "pad {pad}: the cut split a character"
             );
         }
+    }
+
+    #[test]
+    fn refusals_rate_limited_a_bucket_lets_a_burst_then_ten_a_second() {
+        let t0 = std::time::Instant::now();
+        let mut b = Bucket::new(t0);
+        let admitted = (0..10_000).filter(|_| b.admit(t0).is_some()).count();
+        assert_eq!(admitted, BURST as usize);
+        // 250 ms later: two lines earned (the half is kept for the third),
+        // the first says how many were held back.
+        let later = t0 + REFILL * 5 / 2;
+        assert_eq!(b.admit(later), Some(10_000 - u64::from(BURST)));
+        assert_eq!(b.admit(later), Some(0));
+        assert_eq!(b.admit(later), None);
+        assert_eq!(b.admit(t0 + REFILL * 3), Some(1));
+        // An hour of quiet earns a burst, not more.
+        let quiet = t0 + std::time::Duration::from_secs(3600);
+        let admitted = (0..100).filter(|_| b.admit(quiet).is_some()).count();
+        assert_eq!(admitted, BURST as usize);
     }
 
     #[test]

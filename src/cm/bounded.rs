@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use super::id::CmIdPriv;
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{Rule, invalid};
 
 /// The longest retransmission interval accepted (10 minutes).
 pub const MAX_DISCONNECT_TIMEOUT_MS: u32 = 600_000;
@@ -19,7 +20,8 @@ pub const MAX_DISCONNECT_TIMEOUT_MS: u32 = 600_000;
 /// A DREQ already outstanding keeps its schedule.
 pub fn set_disconnect_timeout(id: &Arc<CmIdPriv>, timeout_ms: u32, max_retries: u8) -> CmResult {
     if timeout_ms == 0 || timeout_ms > MAX_DISCONNECT_TIMEOUT_MS {
-        return Err(EINVAL);
+        let rule = "is not 1 to 600000";
+        return Err(invalid(Rule::value("timeout_ms", timeout_ms, rule)));
     }
     id.lock_live()?.inner.disconnect_timeout = Some((timeout_ms, max_retries));
     Ok(())

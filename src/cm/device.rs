@@ -15,6 +15,7 @@ use super::trace::{self, Dir};
 use super::worker;
 use super::worker::EAGAIN;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, EIO, ENETDOWN, ENODEV, EOPNOTSUPP};
+use crate::refusal::{Rule, invalid, refuse};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
@@ -278,7 +279,7 @@ impl Device {
         self.ports
             .iter()
             .find(|p| p.port_num == port_num)
-            .ok_or(EINVAL)
+            .ok_or_else(|| no_port(port_num))
     }
 
     /// The port that has `gid` in its GID table.
@@ -338,7 +339,7 @@ impl Device {
             .ports
             .iter()
             .position(|p| p.port_num == port_num)
-            .ok_or(EINVAL)?;
+            .ok_or_else(|| no_port(port_num))?;
         Ok(&self.counters[i])
     }
 
@@ -440,13 +441,22 @@ impl Device {
             );
         }
         // The in-process fabric knows every LID.
-        let dest = LoopIdentity::from_gid(dgid).ok_or(EHOSTUNREACH)?;
+        let dest = LoopIdentity::from_gid(dgid).ok_or_else(|| {
+            let rule = "is not the GID of a loop device";
+            refuse(EHOSTUNREACH, Rule::gid("dgid", *dgid, rule))
+        })?;
         Ok(Path {
             dlid: dest.lid,
             slid: port.lid,
             ..port_path(port, port.gids[0].gid, *dgid)
         })
     }
+}
+
+/// `EINVAL` for a port the device does not have.
+fn no_port(port_num: u8) -> crate::errno::Errno {
+    let rule = "is not a port of the device";
+    invalid(Rule::value("port_num", port_num, rule))
 }
 
 /// What sysfs and libibverbs tell of RDMA device `name`: `-ENETDOWN` when no
@@ -560,7 +570,8 @@ impl Device {
         client: Option<sa::client::ClientRef>,
     ) -> CmResult<NewQuery> {
         if port.sm_lid == 0 || port.is_roce() {
-            return Err(EAGAIN);
+            let rule = "the port knows no SM (a RoCE port has no SA)";
+            return Err(refuse(EAGAIN, Rule::Text(rule)));
         }
         let sm = MadAddr {
             dlid: port.sm_lid,
@@ -611,7 +622,10 @@ fn roce_path(port: &Port, dgid: &[u8; 16]) -> CmResult<Path> {
         .filter(same_kind)
         .find(|g| g.gid_type == GidType::RoceV2)
         .or_else(|| port.gids.iter().find(same_kind))
-        .ok_or(EHOSTUNREACH)?;
+        .ok_or_else(|| {
+            let rule = "has no source GID of its kind (IPv4, IPv6) on the port";
+            refuse(EHOSTUNREACH, Rule::gid("dgid", *dgid, rule))
+        })?;
     Ok(Path {
         hop_limit: ROCE_HOP_LIMIT,
         packet_life_time: ROCE_PACKET_LIFETIME,

@@ -14,7 +14,8 @@ use super::worker::queue_event;
 use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::IB_CM_DREP_RECEIVED;
 use crate::abi::ib_cm_state::*;
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::drep::CM_DREP_PRIVATE_DATA;
 use crate::wire::{Drep, Dreq};
 
@@ -22,11 +23,12 @@ use crate::wire::{Drep, Dreq};
 /// the connection ends even if the send fails. The private data is kept to
 /// answer a retransmitted DREQ.
 pub fn send_drep_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
-    if private_data.len() > data_size::DREP_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let max = data_size::DREP_PRIVATE_DATA_SIZE;
+    if private_data.len() > max {
+        return Err(above("private_data_len", private_data.len(), max));
     }
     if l.state() != IB_CM_DREQ_RCVD {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "DREQ_RCVD"));
     }
     l.inner.private_data = private_data.into();
     enter_timewait(l, "DREP sent");

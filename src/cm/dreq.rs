@@ -15,7 +15,8 @@ use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::IB_CM_DREQ_RECEIVED;
 use crate::abi::ib_cm_lap_state::{IB_CM_LAP_SENT, IB_CM_MRA_LAP_RCVD};
 use crate::abi::ib_cm_state::*;
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::dreq::CM_DREQ_PRIVATE_DATA;
 use crate::wire::{Drep, Dreq, Mad, attr};
 
@@ -43,7 +44,7 @@ fn cancel_outstanding_lap(l: &mut Locked) {
 /// caller's (it comes before the lock in the kernel).
 pub fn send_dreq_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
     if l.state() != IB_CM_ESTABLISHED {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "ESTABLISHED"));
     }
     cancel_outstanding_lap(l);
     let mad = format_dreq(l, private_data);
@@ -59,8 +60,9 @@ pub fn send_dreq_locked(l: &mut Locked, private_data: &[u8]) -> CmResult {
 /// `ib_send_cm_dreq()`. `private_data` is `None` for a NULL pointer.
 pub fn send_dreq(id: &Arc<CmIdPriv>, private_data: Option<&[u8]>) -> CmResult {
     let pd = private_data.unwrap_or_default();
-    if pd.len() > crate::abi::data_size::DREQ_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let max = crate::abi::data_size::DREQ_PRIVATE_DATA_SIZE;
+    if pd.len() > max {
+        return Err(above("private_data_len", pd.len(), max));
     }
     send_dreq_locked(&mut id.lock_live()?, pd)
 }

@@ -10,7 +10,8 @@ use crate::abi::ib_cm_event_type::IB_CM_USER_ESTABLISHED;
 use crate::abi::ib_cm_lap_state::{IB_CM_LAP_IDLE, IB_CM_LAP_UNINIT};
 use crate::abi::ib_cm_state::*;
 use crate::abi::ib_event_type;
-use crate::errno::{CmResult, EINVAL, EISCONN};
+use crate::errno::{CmResult, EISCONN};
+use crate::refusal::{Rule, invalid, refuse, wrong_state};
 
 /// `ib_cm_notify()`: `IB_EVENT_COMM_EST` (the passive side saw traffic before
 /// the RTU) and `IB_EVENT_PATH_MIG` (the QP moved to its alternate path);
@@ -21,7 +22,8 @@ pub fn notify(id: &Arc<CmIdPriv>, event: i32) -> CmResult {
     } else if event == ib_event_type::IB_EVENT_PATH_MIG as i32 {
         migrate(id)
     } else {
-        Err(EINVAL)
+        let rule = "is not IB_EVENT_COMM_EST or IB_EVENT_PATH_MIG";
+        Err(invalid(Rule::value("event", event, rule)))
     }
 }
 
@@ -30,8 +32,8 @@ fn establish(id: &Arc<CmIdPriv>) -> CmResult {
     let mut l = id.lock_live()?;
     match l.state() {
         IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => l.set_state(IB_CM_ESTABLISHED, "user established"),
-        IB_CM_ESTABLISHED => return Err(EISCONN),
-        _ => return Err(EINVAL),
+        IB_CM_ESTABLISHED => return Err(refuse(EISCONN, Rule::Text("already ESTABLISHED"))),
+        state => return Err(wrong_state(state, "REP_SENT or MRA_REP_RCVD")),
     }
     drop(l);
     queue_checked(id, establish_handler);
@@ -61,10 +63,12 @@ fn establish_handler(id: &Arc<CmIdPriv>) -> Option<CmEvent> {
 fn migrate(id: &Arc<CmIdPriv>) -> CmResult {
     let mut l = id.lock_live()?;
     let lap = l.lap_state();
-    if l.state() != IB_CM_ESTABLISHED
-        || (lap != IB_CM_LAP_UNINIT as i32 && lap != IB_CM_LAP_IDLE as i32)
-    {
-        return Err(EINVAL);
+    if l.state() != IB_CM_ESTABLISHED {
+        return Err(wrong_state(l.state(), "ESTABLISHED"));
+    }
+    if lap != IB_CM_LAP_UNINIT as i32 && lap != IB_CM_LAP_IDLE as i32 {
+        let rule = "is a LAP in progress";
+        return Err(invalid(Rule::value("lap_state", lap, rule)));
     }
     l.set_lap_state(IB_CM_LAP_IDLE);
     l.inner.av = l.inner.alt_av;

@@ -23,6 +23,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::worker::Work;
 use crate::errno::{CmResult, EINVAL, ENOMEM, Errno};
+use crate::refusal::{Rule, refuse};
 
 /// Events waiting in the queues of every FD-mode device (`ibcm_get_stats`'s
 /// `queued` counts them with the worker's).
@@ -53,6 +54,14 @@ struct State {
     closed: bool,
 }
 
+/// `EINVAL` for a call that needs a device in FD mode.
+pub(super) fn not_fd_mode() -> Errno {
+    refuse(
+        EINVAL,
+        Rule::Text("in IBCM_EVENTS_WORKER mode, needs IBCM_EVENTS_FD"),
+    )
+}
+
 impl EventQueue {
     /// Switches the mode. The caller made sure no id of the device exists, so
     /// whatever is still queued belongs to destroyed ids (whose handlers
@@ -61,7 +70,7 @@ impl EventQueue {
     pub fn set_mode(&self, fd_mode: bool) -> CmResult<Vec<Work>> {
         let mut s = self.state.lock();
         if s.closed {
-            return Err(EINVAL);
+            return Err(refuse(EINVAL, Rule::Text("the device is being closed")));
         }
         if fd_mode && s.fd.is_none() {
             let fd =
@@ -81,7 +90,7 @@ impl EventQueue {
         let s = self.state.lock();
         match &s.fd {
             Some(fd) if s.fd_mode => Ok(fd.as_raw_fd()),
-            _ => Err(EINVAL),
+            _ => Err(not_fd_mode()),
         }
     }
 

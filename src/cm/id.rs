@@ -11,6 +11,7 @@ use super::event::CmEvent;
 use super::listen::BacklogSlot;
 use crate::abi::{ib_cm_lap_state, ib_cm_state};
 use crate::errno::{CmResult, EINVAL};
+use crate::refusal::{Rule, refuse};
 use crate::timer::TimerId;
 use crate::transport::MadAddr;
 use crate::wire::Mad;
@@ -206,7 +207,7 @@ impl CmIdPriv {
     pub fn lock_live(&self) -> CmResult<Locked<'_>> {
         let l = self.lock();
         if self.is_destroyed() {
-            return Err(EINVAL);
+            return Err(refuse(EINVAL, Rule::Text("being destroyed")));
         }
         Ok(l)
     }
@@ -285,7 +286,7 @@ impl Locked<'_> {
 }
 
 /// The engine stores only valid states, so this is total.
-fn state_from_i32(v: i32) -> ib_cm_state {
+pub(crate) fn state_from_i32(v: i32) -> ib_cm_state {
     use ib_cm_state::*;
     const ALL: [ib_cm_state; 16] = [
         IB_CM_IDLE,

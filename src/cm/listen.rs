@@ -13,6 +13,7 @@ use super::tables::{addresses, tables};
 use super::{forget_unfinalized, new_id};
 use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD};
 use crate::errno::{CmResult, EBUSY, EINVAL};
+use crate::refusal::{Rule, null, refuse, wrong_state};
 
 /// `IB_SERVICE_ID_AGN_MASK` (host order).
 const SERVICE_ID_AGN_MASK: u64 = 0xff00_0000_0000_0000;
@@ -25,15 +26,19 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
     if service_id & SERVICE_ID_AGN_MASK == CM_ASSIGN_SERVICE_ID
         && service_id != CM_ASSIGN_SERVICE_ID
     {
-        return Err(EINVAL);
+        let rule = "is in the range IB_CM_ASSIGN_SERVICE_ID assigns from";
+        return Err(service_id_refused(EINVAL, service_id, rule));
     }
     let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "IDLE"));
     }
     // Through the MAD switch, other processes listen on the device too: it
     // decides (and assigns), before the table lock.
-    let switched = id.device.switch_listen(service_id)?;
+    let switched = id.device.switch_listen(service_id).map_err(|e| match e {
+        EBUSY => service_id_refused(e, service_id, "has a listener in another process"),
+        e => e,
+    })?;
     let mut t = tables();
     let service_id = match switched {
         Some(service_id) => service_id,
@@ -53,7 +58,7 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
         if switched.is_some() {
             id.device.switch_unlisten(service_id);
         }
-        return Err(EBUSY);
+        return Err(service_id_refused(EBUSY, service_id, "has a listener"));
     }
     t.listen.insert(key, id.clone());
     drop(t);
@@ -78,7 +83,7 @@ pub fn insert_listen(
     service_id: u64,
 ) -> CmResult<Arc<CmIdPriv>> {
     if handler_key == 0 {
-        return Err(EINVAL); // the kernel's WARN_ON(!cm_handler)
+        return Err(null("cm_handler")); // the kernel's WARN_ON(!cm_handler)
     }
     let key = (Arc::as_ptr(device) as usize, service_id);
     loop {
@@ -89,7 +94,8 @@ pub fn insert_listen(
                 continue; // it is going away: look again
             }
             if !shareable(&cur, handler_key) {
-                return Err(EINVAL);
+                let rule = "has a listener with another handler or a context";
+                return Err(service_id_refused(EINVAL, service_id, rule));
             }
             l.inner.listen_sharecount += 1;
             return Ok(cur.clone());
@@ -120,6 +126,15 @@ pub fn insert_listen(
         drop(l);
         return Ok(id);
     }
+}
+
+/// `errno`, for a rule about `service_id` (shown in hex, host order).
+fn service_id_refused(
+    errno: crate::errno::Errno,
+    service_id: u64,
+    rule: &'static str,
+) -> crate::errno::Errno {
+    refuse(errno, Rule::hex("service_id", service_id, rule))
 }
 
 /// Whether `listener` may be shared with a caller of `ib_cm_insert_listen`

@@ -55,6 +55,7 @@ pub use rep::{RepParams, send_rep};
 pub use req::{ReqParams, send_req};
 pub use rtu::send_rtu;
 pub use sidr::{SidrRepParams, SidrReqParams, send_sidr_rep, send_sidr_req};
+pub use trace::{CommIds, state_name};
 pub use worker::{pending, process_device_events};
 
 use device::Device;
@@ -63,6 +64,7 @@ use tables::tables;
 
 use crate::abi::ibcm_event_mode;
 use crate::errno::{CmResult, EBUSY, EINVAL};
+use crate::refusal::{IdCensus, Rule, refuse, refuse_with};
 
 /// Copies private data (or an ARI) into a zeroed wire field of `N` bytes.
 /// Callers checked the length; anything longer is cut, never overrun.
@@ -80,9 +82,11 @@ fn new_id(device: Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
     let local_id = {
         let mut t = tables();
         if !t.devices.contains_key(&(Arc::as_ptr(&device) as usize)) {
-            return Err(EINVAL);
+            return Err(refuse(EINVAL, Rule::Text("the device is being closed")));
         }
-        let local_id = t.alloc_local_id(device.id_slice()).ok_or(EBUSY)?;
+        let local_id = t
+            .alloc_local_id(device.id_slice())
+            .ok_or_else(|| refuse(EBUSY, Rule::Text("no local comm ID is free")))?;
         device.ids.fetch_add(1, Ordering::AcqRel);
         local_id
     };
@@ -171,7 +175,7 @@ pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
     // A device is open at most once per process (a second CM agent on a port
     // would be refused by the kernel anyway).
     if tables().devices.values().any(|d| d.name == name) {
-        return Err(EBUSY);
+        return Err(refuse(EBUSY, Rule::Text("already open in this process")));
     }
     // Received MADs go to the worker: no device without one (-EAGAIN).
     worker::start()?;
@@ -224,15 +228,33 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     }
     let mut t = tables();
     if device.id_count() != 0 {
-        return Err(EBUSY);
+        drop(t);
+        return Err(refuse_with(EBUSY, || Rule::IdsLeft(census(device))));
     }
     if t.devices.remove(&(Arc::as_ptr(device) as usize)).is_none() {
-        return Err(EINVAL);
+        return Err(refuse(EINVAL, Rule::Text("closed by another thread")));
     }
     drop(t);
     device.close();
     tables::quarantine_device(device);
     Ok(())
+}
+
+/// The ids of `device` by state, as C can see them (a listener of
+/// `ib_cm_insert_listen` too; a new id not yet handed out is only counted).
+fn census(device: &Arc<Device>) -> IdCensus {
+    let mut census = IdCensus {
+        total: device.id_count(),
+        ..IdCensus::default()
+    };
+    tables::for_each_id(|id| {
+        if Arc::ptr_eq(&id.device, device)
+            && let Some(n) = census.by_state.get_mut(id.state() as usize)
+        {
+            *n += 1;
+        }
+    });
+    census
 }
 
 /// `ibcm_set_event_mode()`: where `device`'s handlers run from now on.
@@ -242,7 +264,9 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
 pub fn set_event_mode(device: &Arc<Device>, mode: ibcm_event_mode) -> CmResult {
     let t = tables();
     if device.id_count() != 0 {
-        return Err(EBUSY);
+        drop(t);
+        let rule = Rule::Text("cm_ids of the device exist: set the mode before the first");
+        return Err(refuse(EBUSY, rule));
     }
     let stale = device
         .events

@@ -25,7 +25,8 @@ use crate::abi::ib_cm_lap_state::{
 };
 use crate::abi::ib_cm_state::{self, *};
 use crate::abi::{IB_CM_MRA_FLAG_DELAY, data_size};
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::mra::CM_MRA_PRIVATE_DATA;
 use crate::wire::{Mad, Mra, MsgResponse, attr};
 
@@ -56,7 +57,10 @@ fn mra_sent_from(l: &Locked) -> CmResult<MraSent> {
         IB_CM_REQ_RCVD => Ok(MraSent::State(IB_CM_MRA_REQ_SENT, MsgResponse::Req)),
         IB_CM_REP_RCVD => Ok(MraSent::State(IB_CM_MRA_REP_SENT, MsgResponse::Rep)),
         IB_CM_ESTABLISHED if l.lap_state() == IB_CM_LAP_RCVD as i32 => Ok(MraSent::Lap),
-        _ => Err(EINVAL),
+        state => {
+            let needs = "REQ_RCVD, REP_RCVD, or ESTABLISHED with a LAP received";
+            Err(wrong_state(state, needs))
+        }
     }
 }
 
@@ -91,8 +95,9 @@ pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
 /// be sent, the error and nothing changes. `private_data` is `None` for NULL.
 pub fn send_mra(id: &Arc<CmIdPriv>, service_timeout: u8, private_data: Option<&[u8]>) -> CmResult {
     let pd = private_data.unwrap_or_default();
-    if pd.len() > data_size::MRA_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let max = data_size::MRA_PRIVATE_DATA_SIZE;
+    if pd.len() > max {
+        return Err(above("private_data_len", pd.len(), max));
     }
     let mut l = id.lock_live()?;
     let to = mra_sent_from(&l)?;

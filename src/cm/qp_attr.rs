@@ -8,7 +8,8 @@ use super::id::{Av, CmIdPriv};
 use crate::abi::ib_cm_lap_state::IB_CM_LAP_UNINIT;
 use crate::abi::ib_cm_state::*;
 use crate::abi::ib_qp_type::{IB_QPT_RC, IB_QPT_XRC_INI, IB_QPT_XRC_TGT};
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{Rule, invalid, wrong_state};
 
 /// `IBV_QPS_*` (= the kernel's `IB_QPS_*`).
 pub const QPS_INIT: i32 = 1;
@@ -194,7 +195,15 @@ pub fn init_qp_attr(id: &Arc<CmIdPriv>, qp_state: i32) -> CmResult<QpAttr> {
             a.mask |= mask::PATH_MIG_STATE;
             a.path_mig_state = MIG_REARM;
         }
-        _ => return Err(EINVAL),
+        QPS_INIT => return Err(wrong_state(state, "REQ_SENT to ESTABLISHED")),
+        QPS_RTR | QPS_RTS => {
+            let needs = "the peer's REQ or REP received, to ESTABLISHED";
+            return Err(wrong_state(state, needs));
+        }
+        _ => {
+            let rule = "is not IBV_QPS_INIT, IBV_QPS_RTR or IBV_QPS_RTS";
+            return Err(invalid(Rule::value("qp_state", qp_state, rule)));
+        }
     }
     Ok(a)
 }

@@ -15,7 +15,8 @@ use crate::abi::ib_cm_event_type::IB_CM_REJ_RECEIVED;
 use crate::abi::ib_cm_lap_state::{IB_CM_LAP_SENT, IB_CM_LAP_UNINIT};
 use crate::abi::ib_cm_rej_reason::{IB_CM_REJ_STALE_CONN, IB_CM_REJ_TIMEOUT};
 use crate::abi::ib_cm_state::{self, *};
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::rej::{CM_REJ_ARI, CM_REJ_PRIVATE_DATA};
 use crate::wire::{Mad, MsgResponse, Rej};
 
@@ -47,7 +48,10 @@ pub fn send_rej_locked(l: &mut Locked, reason: u16, ari: &[u8], pd: &[u8]) -> Cm
         IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD | IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT
         | IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT => reset_to_idle(l, "REJ sent"),
         IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => enter_timewait(l, "REJ sent"),
-        _ => return Err(EINVAL),
+        _ => {
+            let needs = "REQ_SENT, REQ_RCVD, REP_SENT, REP_RCVD or an MRA state between";
+            return Err(wrong_state(state, needs));
+        }
     }
     cancel_msg(l);
     let mad = format_rej(l, reason, ari, pd, state);
@@ -56,8 +60,12 @@ pub fn send_rej_locked(l: &mut Locked, reason: u16, ari: &[u8], pd: &[u8]) -> Cm
 
 /// `ib_send_cm_rej()`.
 pub fn send_rej(id: &Arc<CmIdPriv>, reason: u16, ari: &[u8], pd: &[u8]) -> CmResult {
-    if pd.len() > data_size::REJ_PRIVATE_DATA_SIZE || ari.len() > data_size::REJ_ARI_LENGTH {
-        return Err(EINVAL);
+    let (pd_max, ari_max) = (data_size::REJ_PRIVATE_DATA_SIZE, data_size::REJ_ARI_LENGTH);
+    if pd.len() > pd_max {
+        return Err(above("private_data_len", pd.len(), pd_max));
+    }
+    if ari.len() > ari_max {
+        return Err(above("ari_length", ari.len(), ari_max));
     }
     send_rej_locked(&mut id.lock_live()?, reason, ari, pd)
 }

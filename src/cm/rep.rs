@@ -18,7 +18,8 @@ use crate::abi::ib_cm_event_type::IB_CM_REP_RECEIVED;
 use crate::abi::ib_cm_rej_reason::IB_CM_REJ_STALE_CONN;
 use crate::abi::ib_cm_state::*;
 use crate::abi::ib_qp_type::{IB_QPT_XRC_INI, IB_QPT_XRC_TGT};
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::rep::CM_REP_PRIVATE_DATA;
 use crate::wire::{MsgResponse, Rep, Rtu, attr};
 
@@ -39,12 +40,13 @@ pub struct RepParams {
 
 /// `ib_send_cm_rep()`.
 pub fn send_rep(id: &Arc<CmIdPriv>, p: &RepParams) -> CmResult {
-    if p.private_data.len() > data_size::REP_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let (len, max) = (p.private_data.len(), data_size::REP_PRIVATE_DATA_SIZE);
+    if len > max {
+        return Err(above("private_data_len", len, max));
     }
     let mut l = id.lock_live()?;
     if !matches!(l.state(), IB_CM_REQ_RCVD | IB_CM_MRA_REQ_SENT) {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "REQ_RCVD or MRA_REQ_SENT"));
     }
     let qp_num = p.qp_num & 0x00ff_ffff;
     let rep = Rep {

@@ -21,7 +21,8 @@ use crate::abi::ib_cm_event_type::IB_CM_REQ_RECEIVED;
 use crate::abi::ib_cm_rej_reason::*;
 use crate::abi::ib_cm_state::*;
 use crate::abi::{data_size, ib_qp_type};
-use crate::errno::{CmResult, EINVAL, ENOENT};
+use crate::errno::{CmResult, ENOENT};
+use crate::refusal::{Rule, above, invalid, refuse, wrong_state};
 use crate::transport::MadAddr;
 use crate::wire::req::CM_REQ_PRIVATE_DATA;
 use crate::wire::{MsgResponse, Req, ReqPath, TransportType, attr};
@@ -56,15 +57,18 @@ pub struct ReqParams {
 /// `cm_validate_req_param()` (a missing primary path is caught by `ffi`).
 fn validate_req_param(p: &ReqParams) -> CmResult {
     if !matches!(p.qp_type, QPT_RC | QPT_UC | QPT_XRC_INI) {
-        return Err(EINVAL);
+        let rule = "is not RC, UC or XRC_INI";
+        return Err(invalid(Rule::value("qp_type", p.qp_type, rule)));
     }
-    if p.private_data.len() > data_size::REQ_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let (len, max) = (p.private_data.len(), data_size::REQ_PRIVATE_DATA_SIZE);
+    if len > max {
+        return Err(above("private_data_len", len, max));
     }
     if let Some(alt) = &p.alternate_path
         && (alt.pkey != p.primary_path.pkey || alt.mtu != p.primary_path.mtu)
     {
-        return Err(EINVAL);
+        let rule = "alternate_path has another pkey or mtu than primary_path";
+        return Err(invalid(Rule::Text(rule)));
     }
     Ok(())
 }
@@ -83,9 +87,13 @@ pub(super) fn pkey_is_on_port(port: &Port, pkey: u16) -> bool {
 /// with its source GID (`-EINVAL` if none), which must have its P_Key
 /// (`ib_find_cached_pkey`: `-ENOENT`).
 pub(super) fn port_of_path<'d>(device: &'d Device, path: &Path) -> CmResult<&'d Port> {
-    let port = device.port_by_gid(&path.sgid).ok_or(EINVAL)?;
+    let port = device.port_by_gid(&path.sgid).ok_or_else(|| {
+        let rule = "is not a GID of the device";
+        invalid(Rule::gid("path sgid", path.sgid, rule))
+    })?;
     if !pkey_is_on_port(port, path.pkey) {
-        return Err(ENOENT);
+        let rule = "is not in the port's P_Key table";
+        return Err(refuse(ENOENT, Rule::hex("path pkey", path.pkey, rule)));
     }
     Ok(port)
 }
@@ -161,7 +169,7 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
     };
     let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE || l.inner.has_timewait_info {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "IDLE, out of timewait"));
     }
     super::renew_identity(&mut l)?;
     let device = &id.device;

@@ -12,19 +12,21 @@ use super::worker::queue_event;
 use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::IB_CM_RTU_RECEIVED;
 use crate::abi::ib_cm_state::*;
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::rtu::CM_RTU_PRIVATE_DATA;
 use crate::wire::{Rtu, attr};
 
 /// `ib_send_cm_rtu()`: the active side completes the connection. The private
 /// data is kept to answer a duplicate REP.
 pub fn send_rtu(id: &Arc<CmIdPriv>, private_data: &[u8]) -> CmResult {
-    if private_data.len() > data_size::RTU_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let max = data_size::RTU_PRIVATE_DATA_SIZE;
+    if private_data.len() > max {
+        return Err(above("private_data_len", private_data.len(), max));
     }
     let mut l = id.lock_live()?;
     if !matches!(l.state(), IB_CM_REP_RCVD | IB_CM_MRA_REP_SENT) {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "REP_RCVD or MRA_REP_SENT"));
     }
     let rtu = Rtu {
         local_comm_id: l.inner.local_id,

@@ -16,7 +16,8 @@ use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::{IB_CM_SIDR_REP_RECEIVED, IB_CM_SIDR_REQ_RECEIVED};
 use crate::abi::ib_cm_sidr_status::{self, IB_SIDR_REJECT, IB_SIDR_UNSUPPORTED};
 use crate::abi::ib_cm_state::*;
-use crate::errno::{CmResult, EINVAL};
+use crate::errno::CmResult;
+use crate::refusal::{above, wrong_state};
 use crate::wire::sidr_rep::{CM_SIDR_REP_ADDITIONAL_INFORMATION, CM_SIDR_REP_PRIVATE_DATA};
 use crate::wire::sidr_req::CM_SIDR_REQ_PRIVATE_DATA;
 use crate::wire::{SidrRep, SidrReq, attr};
@@ -45,13 +46,14 @@ pub struct SidrRepParams {
 /// `ib_send_cm_sidr_req()`: asks the peer which QP serves `service_id`.
 /// Retransmitted every `timeout_ms` up to `max_cm_retries` times.
 pub fn send_sidr_req(id: &Arc<CmIdPriv>, p: &SidrReqParams) -> CmResult {
-    if p.private_data.len() > data_size::SIDR_REQ_PRIVATE_DATA_SIZE {
-        return Err(EINVAL);
+    let (len, max) = (p.private_data.len(), data_size::SIDR_REQ_PRIVATE_DATA_SIZE);
+    if len > max {
+        return Err(above("private_data_len", len, max));
     }
     let port = port_of_path(&id.device, &p.path)?;
     let mut l = id.lock_live()?;
     if l.state() != IB_CM_IDLE {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "IDLE"));
     }
     super::renew_identity(&mut l)?;
     l.inner.av = av_from_path(port, &p.path);
@@ -116,14 +118,20 @@ pub(super) fn forget_sidr_request(l: &mut Locked, why: &'static str) {
 
 /// `ib_send_cm_sidr_rep()`.
 pub fn send_sidr_rep(id: &Arc<CmIdPriv>, p: &SidrRepParams) -> CmResult {
-    if p.info.len() > data_size::SIDR_REP_INFO_LENGTH
-        || p.private_data.len() > data_size::SIDR_REP_PRIVATE_DATA_SIZE
-    {
-        return Err(EINVAL);
+    if p.info.len() > data_size::SIDR_REP_INFO_LENGTH {
+        return Err(above(
+            "info_length",
+            p.info.len(),
+            data_size::SIDR_REP_INFO_LENGTH,
+        ));
+    }
+    let (len, max) = (p.private_data.len(), data_size::SIDR_REP_PRIVATE_DATA_SIZE);
+    if len > max {
+        return Err(above("private_data_len", len, max));
     }
     let mut l = id.lock_live()?;
     if l.state() != IB_CM_SIDR_REQ_RCVD {
-        return Err(EINVAL);
+        return Err(wrong_state(l.state(), "SIDR_REQ_RCVD"));
     }
     send_sidr_rep_locked(&mut l, p)
 }

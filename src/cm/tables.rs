@@ -113,6 +113,13 @@ pub fn addresses(addr: usize) -> MutexGuard<'static, Addresses> {
     ADDRESSES[(addr >> 8) % ADDRESS_SHARDS].lock()
 }
 
+/// Calls `f` on every id C can see (refusal lines count them).
+pub fn for_each_id(mut f: impl FnMut(&Arc<CmIdPriv>)) {
+    for shard in ADDRESSES.iter() {
+        shard.lock().values().for_each(&mut f);
+    }
+}
+
 impl Tables {
     /// A local comm ID not in use: a cyclic counter XOR a per-process random
     /// value (`cm_alloc_id_priv`), inside `slice` when the MAD switch gave

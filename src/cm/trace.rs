@@ -35,7 +35,7 @@ use crate::wire::{Mad, attr};
 
 /// `id 0x<local>/0x<remote>`, from the C-visible fields (readable without
 /// the id lock).
-struct CommIds<'a>(&'a CmIdPriv);
+pub struct CommIds<'a>(pub &'a CmIdPriv);
 
 impl fmt::Display for CommIds<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

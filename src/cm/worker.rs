@@ -28,8 +28,9 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, listen, lost, recv, send, timewait};
-use crate::errno::{CmResult, EBUSY, EDEADLK, EINVAL, Errno};
+use crate::errno::{CmResult, EBUSY, EDEADLK, Errno};
 use crate::ibcm_log;
+use crate::refusal::{Rule, invalid, refuse};
 use crate::timer::{TimerId, Timers};
 use crate::transport::{self, MadAddr};
 use crate::wire::Mad;
@@ -265,12 +266,17 @@ pub fn process_device_events_within(device: &Device, bound: Duration) -> CmResul
 /// `max` as a count, or why this thread may not run the device's handlers.
 fn may_process_events(device: &Device, max: i32) -> CmResult<usize> {
     if in_handler() || on_worker() {
-        return Err(EDEADLK);
+        let rule = "called from a handler or an SA callback, whose thread it would wait for";
+        return Err(refuse(EDEADLK, Rule::Text(rule)));
     }
-    let max = usize::try_from(max).map_err(|_| EINVAL)?;
-    if max == 0 || !device.events.is_fd_mode() {
-        return Err(EINVAL);
+    let count = usize::try_from(max)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| invalid(Rule::value("max", max, "is less than 1")))?;
+    if !device.events.is_fd_mode() {
+        return Err(super::event_fd::not_fd_mode());
     }
+    let max = count;
     Ok(max)
 }
 

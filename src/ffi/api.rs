@@ -4,7 +4,10 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{bounded_private_data, err_ptr, event, guard, path, with_id, with_id_and_private_data};
+use super::{
+    Refused, api, bounded_private_data, err_ptr, event, live_device, live_id, path, with_id,
+    with_id_and_private_data,
+};
 use crate::abi::{
     CIntEventType, CIntRejReason, data_size, ib_cm_handler, ib_cm_id, ib_cm_rep_param,
     ib_cm_req_param, ib_cm_sidr_rep_param, ib_cm_sidr_req_param, ib_device, ibv_ah_attr,
@@ -12,7 +15,8 @@ use crate::abi::{
 };
 use crate::cm::id::Handler;
 use crate::cm::{self, RepParams, ReqParams, SidrRepParams, SidrReqParams};
-use crate::errno::{EINVAL, EIO};
+use crate::errno::EIO;
+use crate::refusal::{Rule, above, invalid, null};
 
 /// Creates an IDLE cm_id on `device` whose events go to `cm_handler`.
 /// Returns `ERR_PTR(-EINVAL)` for a device that is not open.
@@ -22,21 +26,16 @@ pub extern "C" fn ib_create_cm_id(
     cm_handler: ib_cm_handler,
     context: *mut c_void,
 ) -> *mut ib_cm_id {
-    guard(err_ptr(EIO), || {
-        let Some(device) = cm::lookup_device(device as usize) else {
-            return err_ptr(EINVAL);
-        };
+    api("ib_create_cm_id", err_ptr(EIO), || {
+        let device = live_device(device)?;
         let handler: Handler = Arc::new(event::call_c_handler);
-        let id = match cm::create_id(&device, handler) {
-            Ok(id) => id,
-            Err(e) => return err_ptr(e),
-        };
+        let id = cm::create_id(&device, handler).map_err(Refused::on_device(&device))?;
         let public = &id.public;
         public
             .cm_handler
             .store(cm_handler.map_or(0, |f| f as usize), Ordering::Release);
         public.context.store(context as usize, Ordering::Release);
-        id.addr() as *mut ib_cm_id
+        Ok(id.addr() as *mut ib_cm_id)
     })
 }
 
@@ -51,16 +50,13 @@ pub extern "C" fn ib_cm_insert_listen(
     cm_handler: ib_cm_handler,
     service_id: u64,
 ) -> *mut ib_cm_id {
-    guard(err_ptr(EIO), || {
-        let Some(device) = cm::lookup_device(device as usize) else {
-            return err_ptr(EINVAL);
-        };
+    api("ib_cm_insert_listen", err_ptr(EIO), || {
+        let device = live_device(device)?;
         let handler: Handler = Arc::new(event::call_c_handler);
         let key = cm_handler.map_or(0, |f| f as usize);
-        match cm::insert_listen(&device, handler, key, u64::from_be(service_id)) {
-            Ok(id) => id.addr() as *mut ib_cm_id,
-            Err(e) => err_ptr(e),
-        }
+        let id = cm::insert_listen(&device, handler, key, u64::from_be(service_id))
+            .map_err(Refused::on_device(&device))?;
+        Ok(id.addr() as *mut ib_cm_id)
     })
 }
 
@@ -70,10 +66,9 @@ pub extern "C" fn ib_cm_insert_listen(
 /// id's address is not given to a new id before 1024 more ids were destroyed.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_destroy_cm_id(cm_id: *mut ib_cm_id) {
-    guard((), || {
-        if let Some(id) = cm::lookup_id(cm_id as usize) {
-            cm::destroy_id(&id, 0);
-        }
+    api("ib_destroy_cm_id", (), || {
+        cm::destroy_id(&live_id(cm_id)?, 0);
+        Ok(())
     })
 }
 
@@ -81,7 +76,9 @@ pub extern "C" fn ib_destroy_cm_id(cm_id: *mut ib_cm_id) {
 /// one, readable in `cm_id->service_id`).
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_cm_listen(cm_id: *mut ib_cm_id, service_id: u64) -> c_int {
-    with_id(cm_id, |id| cm::listen(id, u64::from_be(service_id)))
+    with_id("ib_cm_listen", cm_id, |id| {
+        cm::listen(id, u64::from_be(service_id))
+    })
 }
 
 /// Sends a REQ.
@@ -94,11 +91,11 @@ pub unsafe extern "C" fn ib_send_cm_req(
     cm_id: *mut ib_cm_id,
     param: *mut ib_cm_req_param,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ib_send_cm_req", cm_id, |id| {
         // SAFETY: NULL is checked; otherwise the caller's promise.
-        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        let p = unsafe { param.as_ref() }.ok_or_else(|| null("param"))?;
         // SAFETY: as above, for the paths the parameters point to.
-        let primary = unsafe { p.primary_path.as_ref() }.ok_or(EINVAL)?;
+        let primary = unsafe { p.primary_path.as_ref() }.ok_or_else(|| null("primary_path"))?;
         // SAFETY: as above.
         let alternate = unsafe { p.alternate_path.as_ref() };
         // SAFETY: the caller's promise for `private_data`.
@@ -107,6 +104,7 @@ pub unsafe extern "C" fn ib_send_cm_req(
                 p.private_data,
                 p.private_data_len,
                 data_size::REQ_PRIVATE_DATA_SIZE,
+                "private_data_len",
             )
         }?;
         let params = ReqParams {
@@ -141,15 +139,16 @@ pub unsafe extern "C" fn ib_send_cm_rep(
     cm_id: *mut ib_cm_id,
     param: *mut ib_cm_rep_param,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ib_send_cm_rep", cm_id, |id| {
         // SAFETY: NULL is checked; otherwise the caller's promise.
-        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        let p = unsafe { param.as_ref() }.ok_or_else(|| null("param"))?;
         // SAFETY: the caller's promise for `private_data`.
         let pd = unsafe {
             bounded_private_data(
                 p.private_data,
                 p.private_data_len,
                 data_size::REP_PRIVATE_DATA_SIZE,
+                "private_data_len",
             )
         }?;
         let params = RepParams {
@@ -181,9 +180,14 @@ pub unsafe extern "C" fn ib_send_cm_rtu(
     let max = data_size::RTU_PRIVATE_DATA_SIZE;
     // SAFETY: the caller's promise, forwarded.
     unsafe {
-        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
-            cm::send_rtu(id, pd.unwrap_or_default())
-        })
+        with_id_and_private_data(
+            "ib_send_cm_rtu",
+            cm_id,
+            private_data,
+            private_data_len,
+            max,
+            |id, pd| cm::send_rtu(id, pd.unwrap_or_default()),
+        )
     }
 }
 
@@ -202,9 +206,14 @@ pub unsafe extern "C" fn ib_send_cm_dreq(
     let max = data_size::DREQ_PRIVATE_DATA_SIZE;
     // SAFETY: the caller's promise, forwarded.
     unsafe {
-        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
-            cm::send_dreq(id, pd)
-        })
+        with_id_and_private_data(
+            "ib_send_cm_dreq",
+            cm_id,
+            private_data,
+            private_data_len,
+            max,
+            cm::send_dreq,
+        )
     }
 }
 
@@ -223,9 +232,14 @@ pub unsafe extern "C" fn ib_send_cm_drep(
     let max = data_size::DREP_PRIVATE_DATA_SIZE;
     // SAFETY: the caller's promise, forwarded.
     unsafe {
-        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
-            cm::send_drep(id, pd)
-        })
+        with_id_and_private_data(
+            "ib_send_cm_drep",
+            cm_id,
+            private_data,
+            private_data_len,
+            max,
+            cm::send_drep,
+        )
     }
 }
 
@@ -245,19 +259,23 @@ pub unsafe extern "C" fn ib_send_cm_rej(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ib_send_cm_rej", cm_id, |id| {
         // SAFETY: the caller's promise.
         let pd = unsafe {
             bounded_private_data(
                 private_data,
                 private_data_len,
                 data_size::REJ_PRIVATE_DATA_SIZE,
+                "private_data_len",
             )
         }?;
         // SAFETY: the caller's promise.
-        let ari = unsafe { bounded_private_data(ari, ari_length, data_size::REJ_ARI_LENGTH) }?;
+        let ari = unsafe {
+            bounded_private_data(ari, ari_length, data_size::REJ_ARI_LENGTH, "ari_length")
+        }?;
         // The wire field is 16 bits; the kernel would truncate, this refuses.
-        let reason = u16::try_from(reason.0).map_err(|_| EINVAL)?;
+        let reason = u16::try_from(reason.0)
+            .map_err(|_| invalid(Rule::value("reason", reason.0, "is not 0 to 65535")))?;
         cm::send_rej(id, reason, ari.unwrap_or_default(), pd.unwrap_or_default())
     })
 }
@@ -269,7 +287,7 @@ pub unsafe extern "C" fn ib_send_cm_rej(
 /// unless ESTABLISHED with no LAP pending). Any other event: `-EINVAL`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_cm_notify(cm_id: *mut ib_cm_id, event: CIntEventType) -> c_int {
-    with_id(cm_id, |id| cm::notify(id, event.0))
+    with_id("ib_cm_notify", cm_id, |id| cm::notify(id, event.0))
 }
 
 /// The kernel's text for a reject reason; "unrecognized reason" otherwise.
@@ -331,7 +349,7 @@ fn reject_msg(reason: c_int) -> &'static CStr {
 /// now. `-EINVAL` in any other state.
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_prepare_cm_mra(cm_id: *mut ib_cm_id) -> c_int {
-    with_id(cm_id, cm::prepare_mra)
+    with_id("ib_prepare_cm_mra", cm_id, cm::prepare_mra)
 }
 
 /// Sends a SIDR_REQ: which UD QP serves `param->service_id`? Retransmitted
@@ -346,23 +364,26 @@ pub unsafe extern "C" fn ib_send_cm_sidr_req(
     cm_id: *mut ib_cm_id,
     param: *mut ib_cm_sidr_req_param,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ib_send_cm_sidr_req", cm_id, |id| {
         // SAFETY: NULL is checked; otherwise the caller's promise.
-        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        let p = unsafe { param.as_ref() }.ok_or_else(|| null("param"))?;
         // SAFETY: as above, for the path.
-        let path = unsafe { p.path.as_ref() }.ok_or(EINVAL)?;
+        let path = unsafe { p.path.as_ref() }.ok_or_else(|| null("path"))?;
         // SAFETY: the caller's promise for `private_data`.
         let pd = unsafe {
             bounded_private_data(
                 p.private_data,
                 p.private_data_len,
                 data_size::SIDR_REQ_PRIVATE_DATA_SIZE,
+                "private_data_len",
             )
         }?;
+        let timeout_ms = u32::try_from(p.timeout_ms)
+            .map_err(|_| above("timeout_ms", p.timeout_ms as usize, u32::MAX as usize))?;
         let params = SidrReqParams {
             path: path::from_c(path),
             service_id: u64::from_be(p.service_id),
-            timeout_ms: u32::try_from(p.timeout_ms).map_err(|_| EINVAL)?,
+            timeout_ms,
             private_data: pd.unwrap_or_default().to_vec(),
             max_cm_retries: p.max_cm_retries,
         };
@@ -383,24 +404,32 @@ pub unsafe extern "C" fn ib_send_cm_sidr_rep(
     cm_id: *mut ib_cm_id,
     param: *mut ib_cm_sidr_rep_param,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ib_send_cm_sidr_rep", cm_id, |id| {
         // SAFETY: NULL is checked; otherwise the caller's promise.
-        let p = unsafe { param.as_ref() }.ok_or(EINVAL)?;
+        let p = unsafe { param.as_ref() }.ok_or_else(|| null("param"))?;
         // SAFETY: the caller's promise for `info` and `private_data`.
         let (info, pd) = unsafe {
             (
-                bounded_private_data(p.info, p.info_length, data_size::SIDR_REP_INFO_LENGTH)?,
+                bounded_private_data(
+                    p.info,
+                    p.info_length,
+                    data_size::SIDR_REP_INFO_LENGTH,
+                    "info_length",
+                )?,
                 bounded_private_data(
                     p.private_data,
                     p.private_data_len,
                     data_size::SIDR_REP_PRIVATE_DATA_SIZE,
+                    "private_data_len",
                 )?,
             )
         };
+        let status = u8::try_from(p.status.0)
+            .map_err(|_| invalid(Rule::value("status", p.status.0, "is not 0 to 255")))?;
         let params = SidrRepParams {
             qp_num: p.qp_num,
             qkey: p.qkey,
-            status: u8::try_from(p.status.0).map_err(|_| EINVAL)?,
+            status,
             info: info.unwrap_or_default().to_vec(),
             private_data: pd.unwrap_or_default().to_vec(),
             ece: (p.ece.vendor_id, p.ece.attr_mod),
@@ -423,12 +452,11 @@ pub unsafe extern "C" fn ib_cm_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ib_cm_init_qp_attr", cm_id, |id| {
         // SAFETY: NULL is checked; otherwise the caller's promise.
         let (attr, mask) = unsafe { (qp_attr.as_mut(), qp_attr_mask.as_mut()) };
-        let (Some(attr), Some(mask)) = (attr, mask) else {
-            return Err(EINVAL);
-        };
+        let attr = attr.ok_or_else(|| null("qp_attr"))?;
+        let mask = mask.ok_or_else(|| null("qp_attr_mask"))?;
         let a = cm::init_qp_attr(id, attr.qp_state)?;
         write_qp_attr(attr, &a);
         *mask = a.mask as c_int;
@@ -525,7 +553,7 @@ pub extern "C" fn ibcm_set_disconnect_timeout(
     timeout_ms: c_uint,
     max_retries: u8,
 ) -> c_int {
-    with_id(cm_id, |id| {
+    with_id("ibcm_set_disconnect_timeout", cm_id, |id| {
         cm::set_disconnect_timeout(id, timeout_ms, max_retries)
     })
 }
@@ -553,9 +581,14 @@ pub unsafe extern "C" fn ib_send_cm_mra(
     let max = data_size::MRA_PRIVATE_DATA_SIZE;
     // SAFETY: the caller's promise, forwarded.
     unsafe {
-        with_id_and_private_data(cm_id, private_data, private_data_len, max, |id, pd| {
-            cm::send_mra(id, service_timeout, pd)
-        })
+        with_id_and_private_data(
+            "ib_send_cm_mra",
+            cm_id,
+            private_data,
+            private_data_len,
+            max,
+            |id, pd| cm::send_mra(id, service_timeout, pd),
+        )
     }
 }
 

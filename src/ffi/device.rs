@@ -2,20 +2,57 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
-use super::{err_ptr, guard, path, ret};
+use super::{Refused, api, err_ptr, live_device, path};
 use crate::abi::{ib_device, ib_gid, ibcm_counters, ibcm_event_mode, ibcm_stats, sa_path_rec};
-use crate::errno::{EINVAL, EIO, EOPNOTSUPP};
+use crate::errno::{EIO, EOPNOTSUPP, Errno};
+use crate::refusal::{Rule, invalid, null, refuse};
 use crate::{cm, errno::CmResult};
 
-fn with_device(
+/// Runs `f` on the open device `device` points to: entry point `name`
+/// returning what `f` gives (0, a count, an fd), or `-errno`.
+fn with_device<T: Returned>(
+    name: &'static str,
     device: *mut ib_device,
-    f: impl FnOnce(&std::sync::Arc<cm::device::Device>) -> CmResult,
+    f: impl FnOnce(&std::sync::Arc<cm::device::Device>) -> CmResult<T>,
 ) -> c_int {
-    guard(EIO.to_neg(), || {
-        ret(cm::lookup_device(device as usize)
-            .ok_or(EINVAL)
-            .and_then(|d| f(&d)))
+    api(name, EIO.to_neg(), || {
+        let device = live_device(device)?;
+        let returned = f(&device).map_err(Refused::on_device(&device))?;
+        Ok(returned.to_c())
     })
+}
+
+/// What a device call returns to C on success.
+trait Returned {
+    fn to_c(self) -> c_int;
+}
+
+impl Returned for () {
+    fn to_c(self) -> c_int {
+        0
+    }
+}
+
+/// A count of events, at most the `c_int` the caller gave.
+impl Returned for usize {
+    fn to_c(self) -> c_int {
+        c_int::try_from(self).unwrap_or(c_int::MAX)
+    }
+}
+
+/// A file descriptor.
+impl Returned for c_int {
+    fn to_c(self) -> c_int {
+        self
+    }
+}
+
+/// `EOPNOTSUPP` for fault injection on a device of a real fabric.
+fn not_loop() -> Errno {
+    refuse(
+        EOPNOTSUPP,
+        Rule::Text("not a device of the in-process fabric (loopN)"),
+    )
 }
 
 /// Opens a device: `loop0`, `loop1`, … are devices of the in-process fabric.
@@ -26,22 +63,21 @@ fn with_device(
 /// A non-NULL `name` is a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut ib_device {
-    guard(err_ptr(EIO), || {
+    api("ibcm_open_device", err_ptr(EIO), || {
         if name.is_null() {
-            return err_ptr(EINVAL);
+            return Err(null("name").into());
         }
         // SAFETY: non-NULL and NUL-terminated by the caller's promise.
-        let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
-            return err_ptr(EINVAL);
-        };
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_str()
+            .map_err(|_| invalid(Rule::Text("name is not UTF-8")))?;
         // From the first device on, a forked child must not use the library.
-        if let Err(e) = super::fork::register() {
-            return err_ptr(e);
-        }
-        match cm::open_device(name) {
-            Ok(device) => std::sync::Arc::as_ptr(&device) as *mut ib_device,
-            Err(e) => err_ptr(e),
-        }
+        super::fork::register()?;
+        let device = cm::open_device(name).map_err(|e| Refused {
+            errno: e,
+            about: super::About::Name(name.to_owned()),
+        })?;
+        Ok(std::sync::Arc::as_ptr(&device) as *mut ib_device)
     })
 }
 
@@ -50,7 +86,7 @@ pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut ib_device
 /// most, unless called from a handler).
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_close_device(device: *mut ib_device) -> c_int {
-    with_device(device, cm::close_device)
+    with_device("ibcm_close_device", device, cm::close_device)
 }
 
 /// The GID at table index `index` of port `port_num` (`-EINVAL` for an empty
@@ -65,12 +101,16 @@ pub unsafe extern "C" fn ibcm_query_gid(
     index: c_int,
     gid: *mut ib_gid,
 ) -> c_int {
-    with_device(device, |d| {
+    with_device("ibcm_query_gid", device, |d| {
         let port = d.port(port_num)?;
-        let index = u8::try_from(index).map_err(|_| EINVAL)?;
-        let found = port.gid(index).ok_or(EINVAL)?;
+        let index = u8::try_from(index)
+            .map_err(|_| invalid(Rule::value("index", index, "is not 0 to 255")))?;
+        let found = port.gid(index).ok_or_else(|| {
+            let rule = "is an empty slot of the port's GID table";
+            invalid(Rule::value("index", index, rule))
+        })?;
         if gid.is_null() {
-            return Err(EINVAL);
+            return Err(null("gid"));
         }
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { gid.write(ib_gid { raw: found }) };
@@ -90,9 +130,12 @@ pub unsafe extern "C" fn ibcm_init_path(
     dgid: *const ib_gid,
     path: *mut sa_path_rec,
 ) -> c_int {
-    with_device(device, |d| {
-        if dgid.is_null() || path.is_null() {
-            return Err(EINVAL);
+    with_device("ibcm_init_path", device, |d| {
+        if dgid.is_null() {
+            return Err(null("dgid"));
+        }
+        if path.is_null() {
+            return Err(null("path"));
         }
         // SAFETY: non-NULL and readable; any bit pattern is a valid GID.
         let dgid = unsafe { (*dgid).raw };
@@ -108,7 +151,10 @@ pub unsafe extern "C" fn ibcm_init_path(
 /// sends; 0 cancels. `-EOPNOTSUPP` on other devices.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_loop_drop(device: *mut ib_device, attr_id: u16, count: c_uint) -> c_int {
-    with_device(device, |d| d.drop_next(attr_id, count))
+    with_device("ibcm_loop_drop", device, |d| {
+        d.as_loop().ok_or_else(not_loop)?;
+        d.drop_next(attr_id, count)
+    })
 }
 
 /// Copies the CM counters of port `port_num` into `*out`.
@@ -121,9 +167,9 @@ pub unsafe extern "C" fn ibcm_get_counters(
     port_num: u8,
     out: *mut ibcm_counters,
 ) -> c_int {
-    with_device(device, |d| {
+    with_device("ibcm_get_counters", device, |d| {
         if out.is_null() {
-            return Err(EINVAL);
+            return Err(null("out"));
         }
         let s = d.counters(port_num)?.snapshot();
         let counters = ibcm_counters {
@@ -151,9 +197,9 @@ pub extern "C" fn ibcm_loop_set_loss(
     drop_percent: c_uint,
     dup_percent: c_uint,
 ) -> c_int {
-    with_device(device, |d| {
+    with_device("ibcm_loop_set_loss", device, |d| {
         d.as_loop()
-            .ok_or(EOPNOTSUPP)?
+            .ok_or_else(not_loop)?
             .set_loss(drop_percent, dup_percent)
     })
 }
@@ -164,9 +210,9 @@ pub extern "C" fn ibcm_loop_set_loss(
 /// A non-NULL `stats` points to writable memory for a `struct ibcm_stats`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibcm_get_stats(stats: *mut ibcm_stats) -> c_int {
-    guard(EIO.to_neg(), || {
+    api("ibcm_get_stats", EIO.to_neg(), || {
         if stats.is_null() {
-            return EINVAL.to_neg();
+            return Err(null("stats").into());
         }
         let (queued, timers) = cm::pending();
         let s = ibcm_stats {
@@ -176,7 +222,7 @@ pub unsafe extern "C" fn ibcm_get_stats(stats: *mut ibcm_stats) -> c_int {
         };
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { stats.write(s) };
-        0
+        Ok(0)
     })
 }
 
@@ -188,11 +234,14 @@ pub unsafe extern "C" fn ibcm_get_stats(stats: *mut ibcm_stats) -> c_int {
 /// `-ENFILE` or `-ENOMEM` if the event fd cannot be made.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_set_event_mode(device: *mut ib_device, mode: c_int) -> c_int {
-    with_device(device, |d| {
+    with_device("ibcm_set_event_mode", device, |d| {
         let mode = match mode {
             0 => ibcm_event_mode::IBCM_EVENTS_WORKER,
             1 => ibcm_event_mode::IBCM_EVENTS_FD,
-            _ => return Err(EINVAL),
+            _ => {
+                let rule = "is not IBCM_EVENTS_WORKER (0) or IBCM_EVENTS_FD (1)";
+                return Err(invalid(Rule::value("mode", mode, rule)));
+            }
         };
         cm::set_event_mode(d, mode)
     })
@@ -204,12 +253,7 @@ pub extern "C" fn ibcm_set_event_mode(device: *mut ib_device, mode: c_int) -> c_
 /// `-EINVAL` for a device in worker mode.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_get_event_fd(device: *mut ib_device) -> c_int {
-    guard(EIO.to_neg(), || {
-        match cm::lookup_device(device as usize).ok_or(EINVAL) {
-            Ok(d) => d.events.fd().unwrap_or_else(|e| e.to_neg()),
-            Err(e) => e.to_neg(),
-        }
-    })
+    with_device("ibcm_get_event_fd", device, |d| d.events.fd())
 }
 
 /// Runs up to `max` pending handlers of `device` (in `IBCM_EVENTS_FD` mode)
@@ -219,14 +263,8 @@ pub extern "C" fn ibcm_get_event_fd(device: *mut ib_device) -> c_int {
 /// from two threads at once take turns.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibcm_process_events(device: *mut ib_device, max: c_int) -> c_int {
-    guard(EIO.to_neg(), || {
-        let ran = cm::lookup_device(device as usize)
-            .ok_or(EINVAL)
-            .and_then(|d| cm::process_device_events(&d, max));
-        match ran {
-            // At most `max`, a c_int.
-            Ok(n) => c_int::try_from(n).unwrap_or(c_int::MAX),
-            Err(e) => e.to_neg(),
-        }
+    // At most `max` events, a c_int.
+    with_device("ibcm_process_events", device, |d| {
+        cm::process_device_events(d, max)
     })
 }

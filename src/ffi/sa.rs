@@ -8,11 +8,12 @@
 
 use std::ffi::{c_int, c_uint, c_ulong, c_void};
 
-use super::{guard, path};
+use super::{Refused, api, guard, live_device, path};
 use crate::abi::{ib_device, sa_path_rec};
 use crate::cm::path::{Path, REC_TYPE_IB};
 use crate::cm::worker::EAGAIN;
 use crate::errno::{CmResult, EINVAL, EIO, ENODEV, Errno};
+use crate::refusal::{Rule, invalid, null};
 use crate::sa::client;
 use crate::sa::pathrec::{PathQuery, QueryExtras};
 use crate::sa::query::{self, Completion, Timing};
@@ -44,10 +45,12 @@ type PathRecCallback = Option<unsafe extern "C" fn(c_int, *mut sa_path_rec, c_ui
 /// cbindgen:ignore
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_sa_register_client(client: *mut ib_sa_client) {
-    guard((), || {
-        if !client.is_null() {
-            client::register(client as usize);
+    api("ib_sa_register_client", (), || {
+        if client.is_null() {
+            return Err(null("client").into());
         }
+        client::register(client as usize);
+        Ok(())
     })
 }
 
@@ -100,40 +103,58 @@ pub unsafe extern "C" fn ib_sa_path_rec_get(
     context: *mut c_void,
     sa_query: *mut *mut ib_sa_query,
 ) -> c_int {
-    guard(EIO.to_neg(), || {
-        let start = || -> CmResult<i32> {
-            let device = crate::cm::lookup_device(device as usize).ok_or(EINVAL)?;
-            let (Some(callback), false, false) = (callback, rec.is_null(), sa_query.is_null())
-            else {
-                return Err(EINVAL);
+    api("ib_sa_path_rec_get", EIO.to_neg(), || {
+        let start = || -> Result<i32, Refused> {
+            let device = live_device(device)?;
+            let on_device = Refused::on_device(&device);
+            let start_on_device = || -> CmResult<i32> {
+                let callback = callback.ok_or_else(|| null("callback"))?;
+                if rec.is_null() {
+                    return Err(null("rec"));
+                }
+                if sa_query.is_null() {
+                    return Err(null("sa_query"));
+                }
+                let port_num = u8::try_from(port_num)
+                    .map_err(|_| invalid(Rule::value("port_num", port_num, "is not 1 to 255")))?;
+                // SAFETY: non-NULL and readable by the caller's promise.
+                let query = path_query(unsafe { &*rec }, u64::from_be(comp_mask))?;
+                let client = client::hold(client as usize).ok_or_else(|| {
+                    let rule = "is not a registered client";
+                    invalid(Rule::hex("client", client as u64, rule))
+                })?;
+                let context = Context(context);
+                let done = Completion::Callback(Box::new(move |outcome| {
+                    let context = context;
+                    run_callback(callback, outcome, context.0);
+                }));
+                #[allow(clippy::useless_conversion)] // c_ulong is u32 on 32-bit targets
+                let timing = Timing::kernel(u64::from(timeout_ms));
+                // The handle is stored before the first send, as the kernel's
+                // `*sa_query = &query->sa_query`: the callback may run before
+                // this call returns, and clear or free where it is kept.
+                // SAFETY: non-NULL and writable by the caller's promise.
+                let announce =
+                    |_, handle: usize| unsafe { sa_query.write(handle as *mut ib_sa_query) };
+                let (id, _) = device
+                    .start_announced_path_query(
+                        port_num,
+                        query,
+                        timing,
+                        done,
+                        Some(client),
+                        announce,
+                    )
+                    .map_err(documented)?;
+                Ok(id)
             };
-            let port_num = u8::try_from(port_num).map_err(|_| EINVAL)?;
-            // SAFETY: non-NULL and readable by the caller's promise.
-            let query = path_query(unsafe { &*rec }, u64::from_be(comp_mask))?;
-            let client = client::hold(client as usize).ok_or(EINVAL)?;
-            let context = Context(context);
-            let done = Completion::Callback(Box::new(move |outcome| {
-                let context = context;
-                run_callback(callback, outcome, context.0);
-            }));
-            #[allow(clippy::useless_conversion)] // c_ulong is u32 on 32-bit targets
-            let timing = Timing::kernel(u64::from(timeout_ms));
-            // The handle is stored before the first send, as the kernel's
-            // `*sa_query = &query->sa_query`: the callback may run before
-            // this call returns, and clear or free where it is kept.
-            // SAFETY: non-NULL and writable by the caller's promise.
-            let announce = |_, handle: usize| unsafe { sa_query.write(handle as *mut ib_sa_query) };
-            let (id, _) = device
-                .start_announced_path_query(port_num, query, timing, done, Some(client), announce)
-                .map_err(documented)?;
-            Ok(id)
+            start_on_device().map_err(on_device)
         };
-        start().unwrap_or_else(|e| {
+        start().inspect_err(|_| {
             if !sa_query.is_null() {
                 // SAFETY: as above; no query, as the kernel's `*sa_query = NULL`.
                 unsafe { sa_query.write(std::ptr::null_mut()) };
             }
-            e.to_neg()
         })
     })
 }
@@ -154,7 +175,8 @@ fn documented(e: Errno) -> Errno {
 fn path_query(rec: &sa_path_rec, comp_mask: u64) -> CmResult<PathQuery> {
     let path: Path = path::from_c(rec);
     if path.rec_type != REC_TYPE_IB {
-        return Err(EINVAL);
+        let rule = "is not SA_PATH_REC_TYPE_IB: the SA has no other PathRecord";
+        return Err(invalid(Rule::value("rec_type", path.rec_type, rule)));
     }
     // SAFETY: every bit pattern of the plain-data union is a valid
     // `sa_path_rec_ib` (integers only).

@@ -174,8 +174,19 @@ impl LoopTransport {
     /// Drops `drop_percent` % and duplicates `dup_percent` % of the MADs this
     /// device sends, at random; `-EINVAL` above 100.
     pub fn set_loss(&self, drop_percent: u32, dup_percent: u32) -> CmResult {
-        if drop_percent > 100 || dup_percent > 100 {
-            return Err(EINVAL);
+        if drop_percent > 100 {
+            return Err(crate::refusal::above(
+                "drop_percent",
+                drop_percent as usize,
+                100,
+            ));
+        }
+        if dup_percent > 100 {
+            return Err(crate::refusal::above(
+                "dup_percent",
+                dup_percent as usize,
+                100,
+            ));
         }
         let mut faults = self.faults.lock();
         faults.drop_percent = drop_percent;
