@@ -189,6 +189,7 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     if t.devices.remove(&(Arc::as_ptr(device) as usize)).is_none() {
         return Err(EINVAL);
     }
+    t.release_when_no_device();
     drop(t);
     device.close();
     tables::quarantine_device(device);
