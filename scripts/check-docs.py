@@ -43,7 +43,10 @@ def readme_run_block() -> list[str] | None:
 
 
 def make_run() -> list[str]:
-    env = dict(os.environ, LC_ALL="C")
+    # A make of its own, as a user runs it: not the calling make's flags or
+    # jobserver (whose descriptors this process does not pass on).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["LC_ALL"] = "C"
     out = subprocess.run(
         [os.environ.get("MAKE", "make"), "--no-print-directory", "-C", str(ROOT), "run",
          f"CONNECTIONS={RUN_CONNECTIONS}"],
