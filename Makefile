@@ -1,7 +1,7 @@
 # ib_cm — build, install, test. `make help` lists the targets.
 #
-#   make run      the main job: ibcm-cmtime on the in-process fabric (installs
-#                 what it needs first)
+#   make run      the main job: ibcm-cmtime on the in-process fabric (builds the
+#                 library and that tool, quietly: needs only Rust and a C compiler)
 #   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
 #                 the simulated InfiniBand fabric, and the SoftRoCE suite in a QEMU VM
 #                 (IBCM_SKIP_SOFTROCE=1 skips it)
@@ -85,11 +85,15 @@ install: lib
 	install -m 0644 man/man8/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 # The manual pages (man/, man(7) sources, installed as they are): one per
-# exported symbol and none for anything else, prototypes as in the header, and
-# not one message from mandoc -T lint -W warning or groff -ww.
+# exported symbol and none for anything else, prototypes as in the header,
+# errnos, environment variables and threads as in src/, ib_cm(7)'s client and
+# server run against the staged library (alone and under valgrind), and not
+# one message from mandoc -T lint -W warning or groff -ww. Then the docs that
+# describe the tree and make run's output (scripts/check-docs.py).
 .PHONY: man-check
-man-check:
-	@python3 man/check.py
+man-check: stage
+	@IBCM_STAGE=$(STAGE) python3 man/check.py
+	@python3 scripts/check-docs.py
 
 # An installation under build/stage that the C suite builds against.
 stage:
@@ -200,8 +204,17 @@ rust-check:
 	$(CARGO) test --locked -- --test-threads=1
 	$(CARGO) test --locked --lib -- --ignored cm::tests::lifecycle
 
-run: deps c-build
-	LD_LIBRARY_PATH=$(STAGE)/lib $(BUILD)/c/ibcm-cmtime -c $(CONNECTIONS)
+# The main job: builds the library and the one tool it runs, quietly (the
+# build's output goes to build/run-build.log, shown only when it fails), and
+# runs ibcm-cmtime on the in-process fabric. Needs only Rust and a C compiler.
+run:
+	@mkdir -p $(BUILD)
+	@echo "make run: building libib_cm and ibcm-cmtime (log: $(BUILD)/run-build.log)"
+	@{ $(MAKE) --no-print-directory -s stage && \
+	   $${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -I$(STAGE)/include tools/ibcm-cmtime.c \
+	     -L$(STAGE)/lib -lib_cm -pthread -o $(BUILD)/ibcm-cmtime; } >$(BUILD)/run-build.log 2>&1 || \
+	   { cat $(BUILD)/run-build.log; echo "make run: the build failed"; exit 1; }
+	@LD_LIBRARY_PATH=$(STAGE)/lib $(BUILD)/ibcm-cmtime -c $(CONNECTIONS)
 
 check: deps
 	$(MAKE) rust-check

@@ -85,9 +85,9 @@ pub enum ib_cm_event_type {
     IB_CM_SIDR_REP_RECEIVED = 17,
 }
 
-/// Linux 6.x: `ib_send_cm_mra()` with this bit in `service_timeout` sends no
+/// Linux ≤ 6.15: `ib_send_cm_mra()` with this bit in `service_timeout` sends no
 /// MRA now, only for the peer's next duplicate REQ, REP or LAP (which is what
-/// Linux 7.x's `ib_prepare_cm_mra()` always does). The header spells it by
+/// Linux ≥ 6.16's `ib_prepare_cm_mra()` always does). The header spells it by
 /// hand (cbindgen.toml), as its other constants.
 pub const IB_CM_MRA_FLAG_DELAY: u8 = 0x80;
 

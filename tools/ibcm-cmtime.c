@@ -101,8 +101,8 @@
 #define PHASE_TIMEOUT_PER_CONN_NS NSEC_PER_MSEC
 /* How often the main thread looks at a running phase (progress, timeout). */
 #define POLL_INTERVAL_NS	(100 * NSEC_PER_MSEC)
-/* Runs this long get a progress line every 10% without -p. */
-#define PROGRESS_MIN_CONNS	10000
+/* Runs this long (tens of seconds) get a progress line every 10% without -p. */
+#define PROGRESS_MIN_CONNS	100000
 /* Messages about single connections; the counts are always complete. */
 #define MAX_ERROR_MESSAGES	10
 /* How long cleanup waits for ids the library still destroys. */
@@ -1302,6 +1302,55 @@ static void memory_per(const struct memory *m, double *per_conn,
 	*per_idle_id = ((double)m->created - (double)m->before) / bench.nr_conns;
 }
 
+/* True for a device of the in-process fabric: "loop" and a number. */
+static bool is_loop_device(const char *name)
+{
+	return strncmp(name, "loop", 4) == 0 && name[4] >= '0' && name[4] <= '9';
+}
+
+/*
+ * What the table measured, so that it reads alone: the devices and the
+ * fabric, the count and the mode, what each phase times and what its
+ * columns mean.
+ */
+static void print_header(void)
+{
+	bool local = bench.mode == MODE_LOCAL;
+	bool loop = is_loop_device(bench.active_dev_name) &&
+		    (!local || is_loop_device(bench.passive_dev_name));
+
+	printf(PROG ": %u connections from %s to %s on %s,\n", bench.nr_conns,
+	       bench.active_dev_name,
+	       local ? bench.passive_dev_name : bench.peer_gid_text,
+	       loop ? "the in-process fabric" : "RDMA devices");
+	printf("  %s, %s%s\n",
+	       local ? "both sides in this process" :
+	       "the active side in this process, the server elsewhere",
+	       bench.sequential ? "one connection at a time" : "phase by phase",
+	       bench.warmup ? ", after one untimed warm-up connection" : "");
+	printf("  %-11s ib_create_cm_id() of each connection's active id\n",
+	       phase_name[PHASE_CREATE]);
+	printf("  %-11s ib_send_cm_req() until %s\n", phase_name[PHASE_CONNECT],
+	       local ? "both ids are ESTABLISHED (REQ, REP, RTU)" :
+	       "this side has sent its RTU (REQ, REP, RTU)");
+	printf("  %-11s ib_send_cm_dreq() until DREP_RECEIVED (DREQ, DREP)\n",
+	       phase_name[PHASE_DISCONNECT]);
+	printf("  %-11s ib_destroy_cm_id() of %s\n", phase_name[PHASE_DESTROY],
+	       local ? "each connection's two ids" : "each connection's id");
+	if (bench.sequential) {
+		printf("  each connection goes through the four phases alone: its latencies (avg to max)\n"
+		       "  include no queueing; total(ms) is their sum; ops/s = %u / total\n",
+		       bench.nr_conns);
+		return;
+	}
+	printf("  each phase starts its operation for all %u connections at once (back to back),\n"
+	       "  then waits for the last to complete: total(ms) runs from the first start to the\n"
+	       "  last completion, ops/s = %u / total; an operation's latency (avg to max) runs\n"
+	       "  from its start to its completion, so in connect and disconnect it includes the\n"
+	       "  time spent queued behind the operations started before it\n",
+	       bench.nr_conns, bench.nr_conns);
+}
+
 static void print_table(void)
 {
 	const struct memory *m = &bench.memory;
@@ -1312,8 +1361,9 @@ static void print_table(void)
 		any |= bench.result[p].valid;
 	if (!any)
 		return;
+	print_header();
 	printf("%-12s %11s %11s %10s %10s %10s %10s %10s\n", "phase",
-	       "total(ms)", "conn/s", "avg(us)", "min(us)", "p50(us)",
+	       "total(ms)", "ops/s", "avg(us)", "min(us)", "p50(us)",
 	       "p99(us)", "max(us)");
 	for (int p = 0; p < NR_PHASES; p++) {
 		const struct phase_result *r = &bench.result[p];

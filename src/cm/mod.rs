@@ -234,6 +234,7 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     if t.devices.remove(&(Arc::as_ptr(device) as usize)).is_none() {
         return Err(refuse(EINVAL, Rule::Text("closed by another thread")));
     }
+    t.release_when_no_device();
     drop(t);
     device.close();
     tables::quarantine_device(device);

@@ -1,13 +1,13 @@
-//! MRA: `ib_prepare_cm_mra()` (Linux 7.x), `ib_send_cm_mra()` (Linux 6.x)
+//! MRA: `ib_prepare_cm_mra()` (Linux ≥ 6.16), `ib_send_cm_mra()` (Linux ≤ 6.15)
 //! and `cm_mra_handler()`.
 //!
-//! Since 2025 the kernel sends no MRA when the user asks for one: the user
+//! Since Linux 6.16 the kernel sends no MRA when the user asks for one: the user
 //! only marks the id (`ib_prepare_cm_mra`), and the CM answers the peer's next
 //! *duplicate* REQ or REP with an MRA of service timeout 24 (about 68 s). The
 //! peer then stretches the timeout of the MAD it is retransmitting. Before
 //! that, `ib_send_cm_mra` sent the MRA at once, with the caller's service
 //! timeout and private data, unless the timeout had `IB_CM_MRA_FLAG_DELAY`
-//! set; code written for 6.x kernels still calls it.
+//! set; code written for kernels ≤ 6.15 still calls it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +89,7 @@ pub fn prepare_mra(id: &Arc<CmIdPriv>) -> CmResult {
     Ok(())
 }
 
-/// `ib_send_cm_mra()` of Linux 6.x: the MRA goes out now, with
+/// `ib_send_cm_mra()` of Linux ≤ 6.15: the MRA goes out now, with
 /// `service_timeout` and `private_data`, unless `IB_CM_MRA_FLAG_DELAY` is set
 /// in `service_timeout`; either way a duplicate gets it again. If it cannot
 /// be sent, the error and nothing changes. `private_data` is `None` for NULL.

@@ -342,7 +342,7 @@ fn reject_msg(reason: c_int) -> &'static CStr {
         .unwrap_or(STRS[0])
 }
 
-/// Asks for more time (Linux 7.x): from REQ_RCVD (or REP_RCVD) the id moves
+/// Asks for more time (Linux ≥ 6.16): from REQ_RCVD (or REP_RCVD) the id moves
 /// to MRA_REQ_SENT (MRA_REP_SENT), and an ESTABLISHED id that received a LAP
 /// (lap_state LAP_RCVD) to lap_state MRA_LAP_SENT; the peer's next duplicate
 /// REQ (REP, LAP) is answered with an MRA, service timeout 24. No MAD is sent
@@ -558,7 +558,7 @@ pub extern "C" fn ibcm_set_disconnect_timeout(
     })
 }
 
-/// Linux 6.x: asks the peer for more time by sending an MRA now, with
+/// Linux ≤ 6.15: asks the peer for more time by sending an MRA now, with
 /// `service_timeout` (5 bits on the wire) and `private_data` (up to 222
 /// bytes): from REQ_RCVD (or REP_RCVD) the id moves to MRA_REQ_SENT
 /// (MRA_REP_SENT), an ESTABLISHED id that received a LAP to lap_state
@@ -566,7 +566,7 @@ pub extern "C" fn ibcm_set_disconnect_timeout(
 /// is sent now, as with `ib_prepare_cm_mra`. Either way the peer's next
 /// duplicate REQ (REP, LAP) is answered with the same MRA. `-EINVAL` for
 /// more than 222 bytes of data or any other state; if the MRA cannot be sent,
-/// the send's error and nothing changes. Linux 7.x replaced this call with
+/// the send's error and nothing changes. Linux 6.16 replaced this call with
 /// `ib_prepare_cm_mra`.
 ///
 /// # Safety

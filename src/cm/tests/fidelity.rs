@@ -1,6 +1,6 @@
 //! Issue 10, kernel fidelity: branches of cm.c where this library used to
 //! differ (stored REP data, `cm_establish_handler`'s state check, a failed
-//! SIDR_REP, `cm_req_handler`'s INVALID_GID reject, the 6.x MRA call).
+//! SIDR_REP, `cm_req_handler`'s INVALID_GID reject, the MRA call of Linux ≤ 6.15).
 
 use std::sync::Arc;
 
@@ -311,7 +311,7 @@ use crate::abi::ib_cm_lap_state::IB_CM_MRA_LAP_SENT;
 use crate::cm::{pd_array, send_mra};
 use crate::wire::{Mra, MsgResponse};
 
-/// `ib_send_cm_mra()` (6.x) on an ESTABLISHED id with a LAP received: lap_state
+/// `ib_send_cm_mra()` (Linux ≤ 6.15) on an ESTABLISHED id with a LAP received: lap_state
 /// MRA_LAP_SENT and an MRA for the LAP (message MRAed "other") at once; a
 /// repeated LAP gets the same MRA again. Sent to the LAP's sender, where the
 /// kernel's LAP handler points the connection.
