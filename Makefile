@@ -5,6 +5,7 @@
 #   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
 #                 the simulated InfiniBand fabric, and the SoftRoCE suite in a QEMU VM
 #                 (IBCM_SKIP_SOFTROCE=1 skips it)
+#   make deb      Debian packages under build/deb: libib-cm0, libib-cm-dev, ibcmd
 #   make softroce the C suite on rxe0/rxe1 inside one VM, and the kernel-CM
 #                 coexistence check in a second VM
 #   make interop  the interoperability suite: libib_cm in one VM, the kernel CM
@@ -28,7 +29,7 @@ MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
         rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
-        clean help
+        deb clean help
 
 all: lib
 
@@ -90,6 +91,12 @@ install: lib
 .PHONY: man-check
 man-check:
 	@python3 man/check.py
+
+# Debian packages in rdma-core's split (packaging/deb/, scripts/deb-build.sh):
+# the files of `make install PREFIX=/usr`, the libraries in the multiarch
+# directory, a symbols file from libib_cm.map that dpkg-gensymbols checks.
+deb: lib
+	@scripts/deb-build.sh
 
 # An installation under build/stage that the C suite builds against.
 stage:
