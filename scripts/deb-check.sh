@@ -179,6 +179,10 @@ grep -qE "libib_cm.so.0 .*=> (/usr)?/lib/$multiarch/libib_cm.so.0\$" <<<"$(ldcon
   fail "ldconfig does not know /usr/lib/$multiarch/libib_cm.so.0"
 [ "$(pkg-config --variable=libdir ib_cm)" = "/usr/lib/$multiarch" ] || fail "ib_cm.pc: libdir is not /usr/lib/$multiarch"
 case "$(/usr/sbin/ibcmd --help 2>&1 || true)" in "usage: ibcmd "*) ;; *) fail "/usr/sbin/ibcmd does not run" ;; esac
+if command -v systemd-analyze >/dev/null; then
+  verify=$(systemd-analyze verify ibcmd.socket ibcmd.service 2>&1 || true)
+  if grep -q ibcmd <<<"$verify"; then echo "$verify" >&2; fail "systemd-analyze verify: the units of ibcmd"; fi
+fi
 if command -v man >/dev/null; then
   for page in ib_send_cm_dreq.3 ib_cm.7 ibcmd.8; do
     [ "$(man -w "${page##*.}" "${page%.*}")" = "/usr/share/man/man${page##*.}/$page.gz" ] ||
