@@ -3,8 +3,11 @@
 #   make run      the main job: ibcm-cmtime on the in-process fabric (builds the
 #                 library and that tool, quietly: needs only Rust and a C compiler)
 #   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
-#                 the simulated InfiniBand fabric, and the SoftRoCE suite in a QEMU VM
-#                 (IBCM_SKIP_SOFTROCE=1 skips it)
+#                 the Debian packages, the simulated InfiniBand fabric, and the
+#                 SoftRoCE suite in a QEMU VM (IBCM_SKIP_SOFTROCE=1 skips it)
+#   make deb      Debian packages under build/deb: libib-cm0, libib-cm-dev, ibcmd
+#   make deb-check  installs them here, builds and runs the README's example
+#                 against them, purges them (root or sudo)
 #   make softroce the C suite on rxe0/rxe1 inside one VM, and the kernel-CM
 #                 coexistence check in a second VM
 #   make interop  the interoperability suite: libib_cm in one VM, the kernel CM
@@ -28,7 +31,7 @@ MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
         rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
-        clean help
+        deb deb-check clean help
 
 all: lib
 
@@ -94,6 +97,18 @@ install: lib
 man-check: stage
 	@IBCM_STAGE=$(STAGE) python3 man/check.py
 	@python3 scripts/check-docs.py
+
+# Debian packages in rdma-core's split (packaging/deb/, scripts/deb-build.sh):
+# the files of `make install PREFIX=/usr`, the libraries in the multiarch
+# directory, a symbols file from libib_cm.map that dpkg-gensymbols checks.
+deb: lib
+	@scripts/deb-build.sh
+
+# The packages installed on this machine with apt-get, the README's example
+# (c-tests/readme_example.c) built with plain pkg-config and run, the packages
+# purged, and the machine checked to be as it was (scripts/deb-check.sh).
+deb-check: deb
+	@scripts/deb-check.sh
 
 # An installation under build/stage that the C suite builds against.
 stage:
@@ -224,6 +239,7 @@ check: deps
 	$(MAKE) header-check
 	$(MAKE) symbols-check
 	$(MAKE) man-check
+	$(MAKE) deb-check
 	$(MAKE) c-check
 	$(MAKE) c-asan
 	$(MAKE) c-valgrind

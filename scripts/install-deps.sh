@@ -2,8 +2,9 @@
 # Installs what building and testing ib_cm needs on a fresh Debian 12 machine
 # that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils,
 # libibverbs-dev (verbs.h for one test), mandoc and groff (man pages),
-# tshark (test_pcap_tshark), ibsim, OpenSM and infiniband-diags (the
-# simulated InfiniBand fabric), an ibsim for the all-to-all (built under
+# tshark (test_pcap_tshark), dpkg-dev, lintian and a systemd-sysusers (make
+# deb, deb-check), ibsim, OpenSM and infiniband-diags (the simulated
+# InfiniBand fabric), an ibsim for the all-to-all (built under
 # build/ from third_party/, see build_ibsim below), a pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.
 set -euo pipefail
@@ -12,6 +13,7 @@ CBINDGEN_VERSION=0.29.4
 need_apt=()
 for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils readelf:binutils \
             mandoc:mandoc groff:groff-base \
+            dpkg-gensymbols:dpkg-dev lintian:lintian systemd-sysusers:systemd-standalone-sysusers \
             ibsim:ibsim-utils opensm:opensm saquery:infiniband-diags; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
