@@ -86,6 +86,7 @@ install: lib
 	install -m 0644 man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -d $(DESTDIR)$(MANDIR)/man8
 	install -m 0644 man/man8/*.8 $(DESTDIR)$(MANDIR)/man8/
+	install -D -m 0644 c-tests/libib_cm.supp $(DESTDIR)$(PREFIX)/share/ib_cm/libib_cm.supp
 
 # The manual pages (man/, man(7) sources, installed as they are): one per
 # exported symbol and none for anything else, prototypes as in the header,

@@ -68,6 +68,7 @@ take libib-cm-dev "$libdir/pkgconfig" usr/lib/pkgconfig/ib_cm.pc
 take libib-cm-dev usr/include/rdma usr/include/rdma/ib_cm.h usr/include/rdma/ib_sa.h
 take libib-cm-dev usr/share/man/man3 "${man3[@]#stage/}"
 take libib-cm-dev usr/share/man/man7 "${man7[@]#stage/}"
+take libib-cm-dev usr/share/ib_cm usr/share/ib_cm/libib_cm.supp
 take ibcmd usr/sbin usr/sbin/ibcmd
 take ibcmd usr/lib/systemd/system usr/lib/systemd/system/ibcmd.service usr/lib/systemd/system/ibcmd.socket
 take ibcmd usr/lib/sysusers.d usr/lib/sysusers.d/ibcmd.conf
