@@ -30,35 +30,9 @@ rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 chmod 0755 "$dir"
 IBSIM_SOCKNAME=ibcm-privs-$$
 export IBSIM_SOCKNAME
-pids=
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    for p in $pids; do
-        i=0
-        while kill -0 "$p" 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
-        kill -9 "$p" 2>/dev/null
-    done
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-wait_for() {
-    i=0
-    while ! grep -q "$3" "$1" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -gt $(($2 * 10)) ] && return 1
-        sleep 0.1
-    done
-}
-
-mkfifo ibsim.in && exec 3<>ibsim.in
-ibsim -s "$here/net.ibcm" >ibsim.log 2>&1 <ibsim.in &
-pids="$!"
-wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; exit 77; }
-mkdir -p opensm-cache
-OSM_CACHE_DIR=$dir/opensm-cache LD_PRELOAD=$sim_so opensm -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
-pids="$! $pids"
-wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; exit 77; }
+# shellcheck source=fabric.sh
+. "$here/fabric.sh"
+start_fabric
 for hca in Hca1 Hca2 Hca3; do
     i=0
     until SIM_HOST=$hca LD_PRELOAD=$sim_so ibstat 2>/dev/null | grep -q "State: Active"; do

@@ -31,27 +31,8 @@ rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 # ibsim's sockets, private to this run (ctest runs scenarios side by side).
 IBSIM_SOCKNAME=ibcm-$scenario-$$
 export IBSIM_SOCKNAME
-pids=
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    i=0
-    for p in $pids; do
-        while kill -0 "$p" 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
-        kill -9 "$p" 2>/dev/null
-    done
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-# Waits up to $2 seconds for $3 to appear in file $1.
-wait_for() {
-    i=0
-    while ! grep -q "$3" "$1" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -gt $(($2 * 10)) ] && return 1
-        sleep 0.1
-    done
-}
+# shellcheck source=fabric.sh
+. "$here/fabric.sh"
 
 # ibsim reads commands from stdin and spins at its end: give it a fifo that
 # this script holds open.

@@ -565,18 +565,22 @@ impl Switch {
     /// the 1st, 2nd, 4th, 8th… time: a loss the peer's retransmission hides
     /// still shows where it happened, and a flood of them cannot fill the log.
     /// Counts a MAD for process `to` that its full socket lost, and says so
-    /// the 1st, 2nd, 4th… time *for that process*: one process losing
-    /// thousands of its own cannot hide another's first loss.
+    /// the 1st, 2nd, 4th… time *for that process* (one process losing
+    /// thousands of its own cannot hide another's first loss), within the
+    /// tenants' log budget.
     fn count_client_loss(&self, to: &Recipient, what: impl FnOnce() -> String) {
         let total =
             self.counters[SwitchCounter::RxClientBusy as usize].fetch_add(1, Ordering::Relaxed) + 1;
         let mine = to.losses.fetch_add(1, Ordering::Relaxed) + 1;
+        // Within the tenants' budget too: a user churning processes that
+        // each lose a MAD would otherwise write a line per process.
         if mine.is_power_of_two() {
-            ibcm_log!(
-                Warn,
-                "ibcmd: {} ({mine} for this process, rx_client_busy {total} so far)",
-                what()
-            );
+            self.tenant_log(Level::Warn, || {
+                format!(
+                    "{} ({mine} for this process, rx_client_busy {total} so far)",
+                    what()
+                )
+            });
         }
     }
 

@@ -33,15 +33,7 @@ impl Fabric {
         let peer = LoopIdentity::from_name(&format!("loop{}", index + 1)).unwrap();
         let switch = Switch::new(config);
         let device = format!("loop{index}");
-        switch
-            .add_device(&device, |recv| {
-                let info = DeviceInfo::of_loop(me);
-                Ok((
-                    info,
-                    LoopTransport::open(me, recv)? as Arc<dyn MadTransport>,
-                ))
-            })
-            .unwrap();
+        serve_loop(&switch, &device, me);
         let (tx, to_remote) = channel();
         let tx = Mutex::new(tx);
         let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
@@ -92,8 +84,18 @@ impl Drop for Fabric {
     }
 }
 
-/// A process speaking the protocol by hand.
-struct Client {
+/// Makes `switch` serve `me`'s port on the in-process fabric as `device`.
+pub(super) fn serve_loop(switch: &Arc<Switch>, device: &str, me: LoopIdentity) {
+    switch
+        .add_device(device, |recv| {
+            let transport = LoopTransport::open(me, recv)?;
+            Ok((DeviceInfo::of_loop(me), transport as Arc<dyn MadTransport>))
+        })
+        .unwrap();
+}
+
+/// A process speaking the protocol by hand (the other switch tests' too).
+pub(super) struct Client {
     conn: SeqPacket,
     /// Messages read while waiting for another.
     backlog: VecDeque<ToClient>,
@@ -101,7 +103,7 @@ struct Client {
 }
 
 impl Client {
-    fn connect(switch: &Arc<Switch>) -> Self {
+    pub(super) fn connect(switch: &Arc<Switch>) -> Self {
         let (mine, theirs) = SeqPacket::pair().unwrap();
         let switch = switch.clone();
         std::thread::spawn(move || switch.serve(theirs));
@@ -113,18 +115,18 @@ impl Client {
         }
     }
 
-    fn send(&self, msg: &ToDaemon) {
+    pub(super) fn send(&self, msg: &ToDaemon) {
         self.conn.send(&msg.encode(), true).unwrap();
     }
 
-    fn next(&mut self) -> ToClient {
+    pub(super) fn next(&mut self) -> ToClient {
         let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
         let n = self.conn.recv(&mut buf).expect("a message within 10 s");
         ToClient::decode(&buf[..n]).expect("well-formed")
     }
 
     /// The first message `pick` takes; the others stay for later.
-    fn wait_for<T>(&mut self, mut pick: impl FnMut(&ToClient) -> Option<T>) -> T {
+    pub(super) fn wait_for<T>(&mut self, mut pick: impl FnMut(&ToClient) -> Option<T>) -> T {
         if let Some(i) = self.backlog.iter().position(|m| pick(m).is_some()) {
             let m = self.backlog.remove(i).unwrap();
             return pick(&m).unwrap();
@@ -138,7 +140,7 @@ impl Client {
         }
     }
 
-    fn register(&self, device: &str) -> Result<IdSlice, i32> {
+    pub(super) fn register(&self, device: &str) -> Result<IdSlice, i32> {
         self.send(&ToDaemon::Register {
             pid: 1,
             device: device.into(),
@@ -154,7 +156,7 @@ impl Client {
         }
     }
 
-    fn listen(&mut self, service_id: u64) -> Result<u64, i32> {
+    pub(super) fn listen(&mut self, service_id: u64) -> Result<u64, i32> {
         self.seq += 1;
         let seq = self.seq;
         self.send(&ToDaemon::Listen {
@@ -177,7 +179,7 @@ impl Client {
         })
     }
 
-    fn send_mad(&self, mad: &Mad, to: &MadAddr) {
+    pub(super) fn send_mad(&self, mad: &Mad, to: &MadAddr) {
         self.send(&ToDaemon::Send {
             port: 1,
             addr: *to,
@@ -186,7 +188,7 @@ impl Client {
     }
 
     /// Everything sent before has been handled by the switch.
-    fn sync(&mut self) {
+    pub(super) fn sync(&mut self) {
         self.seq += 1;
         let seq = self.seq;
         self.send(&ToDaemon::Stats { seq });
@@ -194,7 +196,7 @@ impl Client {
     }
 
     /// The next MAD routed to this process.
-    fn got(&mut self) -> Mad {
+    pub(super) fn got(&mut self) -> Mad {
         self.wait_for(|m| match m {
             ToClient::Recv { mad, .. } => Some(**mad),
             _ => None,
@@ -202,7 +204,7 @@ impl Client {
     }
 
     /// Whether no MAD was routed here (after a `sync` of the sender).
-    fn got_nothing(&mut self) -> bool {
+    pub(super) fn got_nothing(&mut self) -> bool {
         self.sync();
         !self
             .backlog
@@ -1453,7 +1455,7 @@ fn hostile14_a_child_flooding_after_its_parent_died_is_cut_off_within_the_bound(
 
 impl Client {
     /// A raw protocol client served as process `cred` says (another user).
-    fn connect_as(switch: &Arc<Switch>, cred: super::PeerCred) -> Self {
+    pub(super) fn connect_as(switch: &Arc<Switch>, cred: super::PeerCred) -> Self {
         let (mine, theirs) = SeqPacket::pair().unwrap();
         let switch = switch.clone();
         std::thread::spawn(move || switch.serve_as(theirs, cred));
@@ -1464,10 +1466,22 @@ impl Client {
             seq: 0,
         }
     }
+
+    /// The MADs routed here so far (after a `sync` of this client).
+    pub(super) fn received(&mut self) -> Vec<Mad> {
+        self.sync();
+        self.backlog
+            .iter()
+            .filter_map(|m| match m {
+                ToClient::Recv { mad, .. } => Some(**mad),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// This (living) process, as user `uid`.
-fn user(uid: u32) -> super::PeerCred {
+pub(super) fn user(uid: u32) -> super::PeerCred {
     super::PeerCred {
         pid: std::process::id() as i32,
         uid,

@@ -8,12 +8,11 @@
 //! `cm_rep_handler`, `cm_acquire_rejected_id`); the rest uses raw clients
 //! on socket pairs, as src/switch/tests.rs does.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::proto::{DeviceInfo, ToClient, ToDaemon};
+use super::tests::{Client, user};
 use super::{PeerCred, SeqPacket, Switch, SwitchConfig, SwitchCounter};
 use crate::abi::ib_cm_event_type::{
     IB_CM_DREQ_RECEIVED, IB_CM_REJ_RECEIVED, IB_CM_REQ_RECEIVED, IB_CM_RTU_RECEIVED,
@@ -27,8 +26,6 @@ use crate::transport::loopback::{LoopIdentity, LoopTransport};
 use crate::transport::switch::TEST_SOCKETS;
 use crate::transport::{IdSlice, MadAddr, MadTransport};
 use crate::wire::{Mad, MsgResponse, Rej, Rep, Req, ReqPath, Rtu, TransportType, attr, new_mad};
-
-const WAIT: Duration = Duration::from_secs(10);
 
 /// An in-process daemon serving loop device `index`'s port as `ibswN` on a
 /// real socket, so that an engine opened on `ibswN` goes through it (as
@@ -45,15 +42,7 @@ impl Daemon {
         let me = LoopIdentity::from_name(&format!("loop{index}")).unwrap();
         let name = format!("ibsw{index}");
         let switch = Switch::new(SwitchConfig::default());
-        switch
-            .add_device(&name, |recv| {
-                let info = DeviceInfo::of_loop(me);
-                Ok((
-                    info,
-                    LoopTransport::open(me, recv)? as Arc<dyn MadTransport>,
-                ))
-            })
-            .unwrap();
+        super::tests::serve_loop(&switch, &name, me);
         let socket =
             std::env::temp_dir().join(format!("ibcm-review-a-{}-{name}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
@@ -85,133 +74,6 @@ impl Drop for Daemon {
         self.switch.close();
         TEST_SOCKETS.lock().retain(|(d, _)| *d != self.name);
         let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-/// A process speaking the protocol by hand (src/switch/tests.rs's).
-struct Client {
-    conn: SeqPacket,
-    backlog: VecDeque<ToClient>,
-    seq: u32,
-}
-
-impl Client {
-    /// Served as process `cred` says (another user: `user(uid)`).
-    fn connect_as(switch: &Arc<Switch>, cred: PeerCred) -> Self {
-        let (mine, theirs) = SeqPacket::pair().unwrap();
-        let switch = switch.clone();
-        std::thread::spawn(move || switch.serve_as(theirs, cred));
-        mine.set_recv_timeout(Some(WAIT)).unwrap();
-        Self {
-            conn: mine,
-            backlog: VecDeque::new(),
-            seq: 0,
-        }
-    }
-
-    fn send(&self, msg: &ToDaemon) {
-        self.conn.send(&msg.encode(), true).unwrap();
-    }
-
-    fn next(&mut self) -> ToClient {
-        let mut buf = vec![0u8; super::proto::MAX_MESSAGE];
-        let n = self.conn.recv(&mut buf).expect("a message within 10 s");
-        ToClient::decode(&buf[..n]).expect("well-formed")
-    }
-
-    fn wait_for<T>(&mut self, mut pick: impl FnMut(&ToClient) -> Option<T>) -> T {
-        if let Some(i) = self.backlog.iter().position(|m| pick(m).is_some()) {
-            let m = self.backlog.remove(i).unwrap();
-            return pick(&m).unwrap();
-        }
-        loop {
-            let m = self.next();
-            match pick(&m) {
-                Some(t) => return t,
-                None => self.backlog.push_back(m),
-            }
-        }
-    }
-
-    fn register(&mut self, device: &str) -> IdSlice {
-        self.send(&ToDaemon::Register {
-            pid: 1,
-            device: device.into(),
-        });
-        match self.next() {
-            ToClient::Registered {
-                status: 0, slice, ..
-            } => slice,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn listen(&mut self, service_id: u64) -> Result<u64, i32> {
-        self.seq += 1;
-        let seq = self.seq;
-        self.send(&ToDaemon::Listen {
-            seq,
-            service_id,
-            mask: u64::MAX,
-            port: 0,
-        });
-        self.wait_for(|m| match *m {
-            ToClient::Listened {
-                seq: s,
-                status,
-                service_id,
-            } if s == seq => Some(if status == 0 {
-                Ok(service_id)
-            } else {
-                Err(status)
-            }),
-            _ => None,
-        })
-    }
-
-    fn send_mad(&self, mad: &Mad, to: &MadAddr) {
-        self.send(&ToDaemon::Send {
-            port: 1,
-            addr: *to,
-            mad: Box::new(*mad),
-        });
-    }
-
-    /// Everything sent before has been handled by the switch.
-    fn sync(&mut self) {
-        self.seq += 1;
-        let seq = self.seq;
-        self.send(&ToDaemon::Stats { seq });
-        self.wait_for(|m| matches!(*m, ToClient::Stats { seq: s, .. } if s == seq).then_some(()));
-    }
-
-    /// The next MAD routed to this process.
-    fn got(&mut self) -> Mad {
-        self.wait_for(|m| match m {
-            ToClient::Recv { mad, .. } => Some(**mad),
-            _ => None,
-        })
-    }
-
-    /// The MADs routed here so far (after a `sync` of this client).
-    fn received(&mut self) -> Vec<Mad> {
-        self.sync();
-        self.backlog
-            .iter()
-            .filter_map(|m| match m {
-                ToClient::Recv { mad, .. } => Some(**mad),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// This (living) process, as user `uid`.
-fn user(uid: u32) -> PeerCred {
-    PeerCred {
-        pid: std::process::id() as i32,
-        uid,
-        gid: uid,
     }
 }
 
@@ -315,8 +177,8 @@ impl StaleSetup {
         // victim (passive, QPN PASSIVE_QPN), both CA GUIDs the devices'.
         let pair = Pair::open(victim);
         let passive = pair.connect();
-        let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-        let attacker_slice = attacker.register(&daemon.name);
+        let attacker = Client::connect_as(&daemon.switch, user(4747));
+        let attacker_slice = attacker.register(&daemon.name).unwrap();
         Self {
             daemon,
             pair,
@@ -430,7 +292,7 @@ fn review_a1_a_req_or_rep_naming_another_ca_guid_is_dropped() {
     // another host's entries in the peer's tables.
     let daemon = Daemon::start(3820);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     assert_eq!(attacker.listen(0x5151), Ok(0x5151));
     // A peer whose REQ the daemon routes to the attacker (a job of the
     // attacker's user on that host).
@@ -487,7 +349,7 @@ fn review_a1_a_req_or_rep_naming_another_ca_guid_is_dropped() {
 fn review_a2_a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection() {
     let daemon = Daemon::start(3830);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     // H: an engine listening; H2: a third host whose comm ID for its
     // connection to H happens to lie in the attacker's slice.
     let h = crate::cm::open_device(&loop_name()).unwrap();
@@ -572,11 +434,11 @@ fn review_a2_a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection()
 fn review_a3_a_tenants_rej_timeout_for_nobody_is_not_copied_to_every_other_tenant() {
     let daemon = Daemon::start(3840);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     let mut others: Vec<Client> = (0..5)
         .map(|i| {
-            let mut c = Client::connect_as(&daemon.switch, user(5000 + i));
-            c.register(&daemon.name);
+            let c = Client::connect_as(&daemon.switch, user(5000 + i));
+            c.register(&daemon.name).unwrap();
             c
         })
         .collect();
@@ -601,10 +463,10 @@ fn review_a3_a_tenants_rej_timeout_for_nobody_is_not_copied_to_every_other_tenan
 fn review_a3_a_tenants_rej_timeouts_do_not_make_another_tenant_lose_its_req() {
     let daemon = Daemon::start(3845);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     // An honest server that reads its socket a little late.
     let mut server = Client::connect_as(&daemon.switch, user(5001));
-    server.register(&daemon.name);
+    server.register(&daemon.name).unwrap();
     assert_eq!(server.listen(0x1000), Ok(0x1000));
     for i in 0..5000 {
         let mad = rej_timeout(slice.base | i, 0, MsgResponse::Other, daemon.me.node_guid);
@@ -637,7 +499,7 @@ fn review_a3_a_rej_timeout_for_a_routed_req_still_reaches_its_process() {
     // routed to.
     let daemon = Daemon::start(3850);
     let mut a = Client::connect_as(&daemon.switch, user(5100));
-    a.register(&daemon.name);
+    a.register(&daemon.name).unwrap();
     assert_eq!(a.listen(0x1000), Ok(0x1000));
     let requester = LoopIdentity::from_name("loop3859").unwrap();
     let remote = LoopTransport::open(requester, Arc::new(|_, _, _| {})).unwrap();
@@ -661,7 +523,7 @@ fn review_a3_a_rej_timeout_for_a_routed_req_still_reaches_its_process() {
 fn review_a4_another_tenants_reqs_do_not_evict_a_request_routed_to_a_process() {
     let daemon = Daemon::start(3860);
     let mut victim = Client::connect_as(&daemon.switch, user(5200));
-    let victim_slice = victim.register(&daemon.name);
+    let victim_slice = victim.register(&daemon.name).unwrap();
     assert_eq!(victim.listen(0x1000), Ok(0x1000));
     let remote = LoopIdentity::from_name("loop3869").unwrap();
     let remote_transport = LoopTransport::open(remote, Arc::new(|_, _, _| {})).unwrap();
@@ -677,7 +539,7 @@ fn review_a4_another_tenants_reqs_do_not_evict_a_request_routed_to_a_process() {
     };
 
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     let flood = super::rules::RoutedRequests::MAX as u32;
     for i in 0..flood - 1 {
         attacker.send_mad(
@@ -769,7 +631,7 @@ fn review_a5_the_requests_routed_to_one_users_processes_are_bounded_per_user() {
 fn measure_the_requests_routed_to_one_process() {
     let daemon = Daemon::start(3870);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     assert_eq!(attacker.listen(0x2000), Ok(0x2000));
     let fill = super::rules::RoutedRequests::MAX as u32;
     // Warm up what a flood allocates anyway (socket buffers, log, counters).
@@ -839,7 +701,7 @@ fn review_a7_a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_
     let daemon = Daemon::start(3880);
     let log = crate::log::capture::Capture::of(&[&daemon.name]);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
-    let slice = attacker.register(&daemon.name);
+    let slice = attacker.register(&daemon.name).unwrap();
     assert_eq!(attacker.listen(0x3000), Ok(0x3000));
     // The attacker never reads: its socket fills, the rest is lost.
     let mut i = 0;
@@ -865,7 +727,7 @@ fn review_a7_a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_
     let lines_before = log.lines_with(&["was lost"]).len();
     // Now a victim that reads slowly loses one MAD.
     let mut victim = Client::connect_as(&daemon.switch, user(5300));
-    victim.register(&daemon.name);
+    victim.register(&daemon.name).unwrap();
     assert_eq!(victim.listen(0x3001), Ok(0x3001));
     let remote = LoopTransport::open(
         LoopIdentity::from_name("loop3889").unwrap(),
@@ -929,7 +791,7 @@ fn review_a8_an_unprivileged_tenant_cannot_listen_on_a_privileged_rdma_cm_port()
         user(4747)
     };
     let mut tenant = Client::connect_as(&daemon.switch, cred);
-    tenant.register(&daemon.name);
+    tenant.register(&daemon.name).unwrap();
     let unprivileged = rdma_cm_tcp_service_id(20049);
     assert_eq!(tenant.listen(unprivileged), Ok(unprivileged));
     let ssh = rdma_cm_tcp_service_id(22);

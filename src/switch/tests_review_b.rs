@@ -15,7 +15,7 @@ use super::server::CLIENT_SEND_BUFFER;
 use super::{PeerCred, Quotas, SeqPacket, Switch, SwitchConfig, SwitchCounter};
 use crate::log::capture::Capture;
 use crate::transport::MadTransport;
-use crate::transport::loopback::{LoopIdentity, LoopTransport};
+use crate::transport::loopback::LoopIdentity;
 
 /// How long a test waits for what must happen (then it fails).
 const WAIT: Duration = Duration::from_secs(10);
@@ -32,12 +32,7 @@ fn switch_on(index: u32, config: SwitchConfig) -> (Arc<Switch>, String) {
     let me = LoopIdentity::from_name(&format!("loop{index}")).unwrap();
     let switch = Switch::new(config);
     let device = format!("loop{index}");
-    switch
-        .add_device(&device, |recv| {
-            let transport = LoopTransport::open(me, recv)?;
-            Ok((DeviceInfo::of_loop(me), transport as Arc<dyn MadTransport>))
-        })
-        .unwrap();
+    super::tests::serve_loop(&switch, &device, me);
     (switch, device)
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use super::proto::{DeviceInfo, MAX_MESSAGE, MAX_TO_DAEMON, ToClient, ToDaemon};
+use super::proto::{MAX_MESSAGE, MAX_TO_DAEMON, ToClient, ToDaemon};
 use super::server::{CLIENT_SEND_BUFFER, Inbox, REPLY_QUEUE};
 use super::{PeerCred, Quotas, SeqPacket, Switch, SwitchConfig, SwitchCounter};
 use crate::transport::batch::BURST;
@@ -35,12 +35,7 @@ impl Fabric {
         let peer = LoopIdentity::from_name(&format!("loop{}", index + 1)).unwrap();
         let switch = Switch::new(config);
         let device = format!("loop{index}");
-        switch
-            .add_device(&device, |recv| {
-                let transport = LoopTransport::open(me, recv)?;
-                Ok((DeviceInfo::of_loop(me), transport as Arc<dyn MadTransport>))
-            })
-            .unwrap();
+        super::tests::serve_loop(&switch, &device, me);
         let (tx, to_remote) = channel();
         let tx = std::sync::Mutex::new(tx);
         let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
