@@ -34,8 +34,9 @@
 //! - a tenant's slice is what `Switch::register` gave it;
 //! - a REQ (SIDR_REQ) is routed to a tenant when the harness read it from
 //!   that tenant's socket, with the port and reply address of its
-//!   `ToClient::Recv`; a REP the daemon let through marks it answered with
-//!   that REP's LocalCommID, a REJ of it the daemon let through ends it, so
+//!   `ToClient::Recv`; while it is open the tenant may answer it as it
+//!   likes (a REP, again from a new id, an MRA, a REJ: only its own
+//!   connection is at stake); a REJ of it the daemon let through ends it, so
 //!   does the requester's RTU or REJ that the tenant got, and a SIDR_REP
 //!   ends a SIDR_REQ; routed again after its end, a REQ is a new one;
 //! - during a tenant's Send at most one MAD leaves, on the tenant's device,
@@ -764,12 +765,6 @@ impl Tenant {
                 self.routed_list()
             )),
         };
-        let not_answered = |rep: Option<u32>| match rep {
-            None => Ok(()),
-            Some(l) => Err(format!(
-                "the tenant answered that REQ with a REP (LocalCommID {l:#010x}) already"
-            )),
-        };
         match a {
             attr::REQ | attr::RTU | attr::DREQ | attr::DREP | attr::LAP | attr::APR => {
                 in_slice(local, "LocalCommID")
@@ -777,7 +772,9 @@ impl Tenant {
             attr::SIDR_REQ => in_slice(local, "request ID"),
             attr::MRA | attr::REJ => match message_x(mad) {
                 0 => {
-                    not_answered(req_routed()?)?;
+                    // Routed to it and open: which answers it gives is its
+                    // own affair (a REP, again from a new id, an MRA, a REJ).
+                    req_routed()?;
                     if a == attr::REJ && local == 0 {
                         Ok(())
                     } else {
@@ -788,14 +785,8 @@ impl Tenant {
                 _ => Err("MessageX 3 is invalid: the remote side drops it".into()),
             },
             attr::REP => {
-                let rep = req_routed()?;
-                in_slice(local, "LocalCommID")?;
-                match rep {
-                    Some(l) if l != local => Err(format!(
-                        "the tenant answered that REQ with a REP of LocalCommID {l:#010x} already"
-                    )),
-                    _ => Ok(()),
-                }
+                req_routed()?;
+                in_slice(local, "LocalCommID")
             }
             attr::SIDR_REP => {
                 let request = Routed {
