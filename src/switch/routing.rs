@@ -419,6 +419,9 @@ fn remember_req(st: &mut State, device: &str, from: Peer, attr_id: u16, mad: &Ma
         attr::REQ => &mut c.reqs,
         _ => &mut c.sidr_reqs,
     };
+    if received.is_open(be32(mad, LOCAL_COMM_ID), from) {
+        return; // a retransmission: nothing new to keep
+    }
     if usage.requests >= quota {
         // Its user's other processes may hold the quota: then this one
         // keeps none it cannot (its requesters retransmit).
@@ -429,7 +432,7 @@ fn remember_req(st: &mut State, device: &str, from: Peer, attr_id: u16, mad: &Ma
     }
     received.insert(be32(mad, LOCAL_COMM_ID), from);
     let now = c.reqs.len() + c.sidr_reqs.len();
-    usage.requests = usage.requests + now - held;
+    usage.requests = (usage.requests + now).saturating_sub(held);
 }
 
 /// A REJ "timeout" with remote comm ID 0 arrived on `device` from `from`:
@@ -446,7 +449,7 @@ fn rej_timeout_for_a_request(st: &mut State, device: &str, from: Peer, mad: &Mad
     };
     c.reqs.close(requester, from);
     if let Some(usage) = st.users.get_mut(&c.cred.uid) {
-        usage.requests -= 1;
+        usage.requests = usage.requests.saturating_sub(1);
     }
     Route::To(Recipient::of(c), SwitchCounter::RxToOwner)
 }
@@ -790,7 +793,9 @@ impl Switch {
         if let Some(usage) = st.users.get_mut(&gone.cred.uid) {
             usage.registrations -= 1;
             usage.listens -= gone.listening.len();
-            usage.requests -= gone.reqs.len() + gone.sidr_reqs.len();
+            usage.requests = usage
+                .requests
+                .saturating_sub(gone.reqs.len() + gone.sidr_reqs.len());
             if usage.registrations == 0 {
                 st.users.remove(&gone.cred.uid);
             }
@@ -1028,7 +1033,7 @@ impl Switch {
             c.reqs.close(be32(mad, LOCAL_COMM_ID), from);
             let closed = had - c.reqs.len();
             if let Some(usage) = st.users.get_mut(&c.cred.uid) {
-                usage.requests -= closed;
+                usage.requests = usage.requests.saturating_sub(closed);
             }
         }
     }
@@ -1101,7 +1106,7 @@ impl Switch {
                     // A REJ of a REQ, a SIDR_REP end theirs.
                     let closed = held - (c.reqs.len() + c.sidr_reqs.len());
                     if let Some(usage) = st.users.get_mut(&cred.uid) {
-                        usage.requests -= closed;
+                        usage.requests = usage.requests.saturating_sub(closed);
                     }
                     // A peer may know one of its comm IDs now: its slice
                     // needs the timewait when it goes.

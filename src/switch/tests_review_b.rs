@@ -290,6 +290,20 @@ fn review_b_connections_closed_as_stalled_do_not_keep_daemon_buffers_beyond_the_
     );
 }
 
+/// The descriptors this process has open, once the count held still for
+/// 200 ms.
+fn settled_descriptors() -> usize {
+    let mut last = open_descriptors();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = open_descriptors();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// The descriptors this process has open.
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -313,32 +327,42 @@ fn review_b_a_registered_connection_holds_the_daemon_descriptors_documented() {
         gid: uid,
     };
     let n = 10;
-    let before = open_descriptors();
-    let conns: Vec<SeqPacket> = (0..n)
-        .map(|_| {
-            let c = tenant(&switch, cred);
-            register(&c, &device);
-            // Answered after the registration's loop turn: its pidfd is open.
-            stats(&c);
-            c
-        })
-        .collect();
-    let after = open_descriptors();
-    // This process holds both ends: the tenants' n and the daemon's.
-    let daemons = (after - before).saturating_sub(n);
-    eprintln!("{n} registered connections: {daemons} descriptors of the daemon's");
+    // The whole process's descriptors: connections of earlier tests that
+    // linger until their peers read or close (server.rs, `linger`) may let
+    // go of theirs meanwhile, so a few tries, each from a settled count.
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let before = settled_descriptors();
+        let conns: Vec<SeqPacket> = (0..n)
+            .map(|_| {
+                let c = tenant(&switch, cred);
+                register(&c, &device);
+                // Answered after the registration's loop turn: its pidfd is open.
+                stats(&c);
+                c
+            })
+            .collect();
+        let after = open_descriptors();
+        // This process holds both ends: the tenants' n and the daemon's.
+        let daemons = after.saturating_sub(before).saturating_sub(n);
+        eprintln!("{n} registered connections: {daemons} descriptors of the daemon's");
+        drop(conns);
+        if daemons == 2 * n {
+            break;
+        }
+        seen.push(daemons);
+        std::thread::sleep(Duration::from_millis(300));
+    }
     // Fixed in the documentation (and the unit's limits): two each.
-    // (Other tests running at once may open a few of their own.)
     assert!(
-        (2 * n..=2 * n + n / 2).contains(&daemons),
-        "{n} registered connections hold {daemons} descriptors of the daemon's, not two each"
+        seen.len() < 5,
+        "{n} registered connections hold {seen:?} descriptors of the daemon's, not two each"
     );
     let doc = include_str!("../../docs/ibcmd.md");
     assert!(
         doc.contains("two descriptors (its socket and a pidfd of its process)"),
         "docs/ibcmd.md does not say a registered connection holds two descriptors"
     );
-    drop(conns);
 }
 
 /// A device whose received MADs come from a reader thread of its own, as
