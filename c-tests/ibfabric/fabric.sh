@@ -39,3 +39,16 @@ start_fabric() {
     pids="$! $pids"
     wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; exit 77; }
 }
+
+# Waits until each of the HCAs named is ACTIVE (OpenSM brought it up);
+# exits 77 (skipped) when one is not within 30 s.
+wait_active() {
+    for hca in "$@"; do
+        i=0
+        until SIM_HOST=$hca LD_PRELOAD=$sim_so ibstat 2>/dev/null | grep -q "State: Active"; do
+            i=$((i + 1))
+            [ $i -gt 300 ] && { echo "SKIP: $hca never ACTIVE"; exit 77; }
+            sleep 0.1
+        done
+    done
+}

@@ -53,14 +53,7 @@ export IBSIM_SOCKNAME
 # shellcheck source=fabric.sh
 . "$here/fabric.sh"
 start_fabric
-for hca in Hca1 Hca2; do
-    i=0
-    until SIM_HOST=$hca LD_PRELOAD=$sim_so ibstat 2>/dev/null | grep -q "State: Active"; do
-        i=$((i + 1))
-        [ $i -gt 300 ] && { echo "SKIP: $hca never ACTIVE"; exit 77; }
-        sleep 0.1
-    done
-done
+wait_active Hca1 Hca2
 
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
