@@ -3,12 +3,14 @@
 //!
 //! Layers, one direction of dependency: [`ffi`] (the C ABI) → [`cm`] (the
 //! engine) → [`wire`] (CM MAD encoding), and [`cm`] → [`transport`] (where MADs
-//! go). [`abi`] holds the C types both the engine and the ABI use.
+//! go). [`abi`] holds the C types both the engine and the ABI use; `os` (the
+//! OS calls: signals, eventfd, sockets, privileges) sits below them all.
 pub mod abi;
 pub mod cm;
 pub mod errno;
 pub mod ffi;
 pub mod log;
+pub(crate) mod os;
 pub mod pcap;
 pub mod refusal;
 pub mod sa;

@@ -48,7 +48,7 @@ impl Level {
 
 #[cold]
 fn read_level() -> Level {
-    let value = crate::ffi::sys::secure_var_os(c"IBCM_LOG");
+    let value = crate::os::sys::secure_var_os(c"IBCM_LOG");
     let asked = value.as_deref().map(parse_level);
     let mut first = false;
     let level = *LEVEL.get_or_init(|| {
@@ -194,7 +194,7 @@ impl Bucket {
 /// stalled reader must stall nothing but the log. Lines beyond
 /// `QUEUED_LINES`, or while no logger thread can be started, are lost.
 fn to_stderr(line: &[u8]) {
-    if crate::ffi::sys::stderr_never_blocks() {
+    if crate::os::sys::stderr_never_blocks() {
         let _ = std::io::stderr().write_all(line);
         return;
     }
@@ -205,7 +205,7 @@ fn to_stderr(line: &[u8]) {
         let spawned = std::thread::Builder::new()
             .name("ibcm-log".into())
             .spawn(|| {
-                crate::ffi::sys::block_all_signals();
+                crate::os::sys::block_all_signals();
                 drain_to_stderr();
             });
         if spawned.is_err() {

@@ -58,7 +58,7 @@ fn capture() -> Option<&'static Mutex<File>> {
 /// `IBCM_PCAP`, read with `secure_getenv`: a set-user-ID process does not
 /// write where its caller says.
 fn capture_from_env() -> Capture {
-    let Some(path) = crate::ffi::sys::secure_var_os(c"IBCM_PCAP") else {
+    let Some(path) = crate::os::sys::secure_var_os(c"IBCM_PCAP") else {
         return Capture::Off;
     };
     match create(Path::new(&path)) {

@@ -74,7 +74,7 @@ impl EventQueue {
         }
         if fd_mode && s.fd.is_none() {
             let fd =
-                crate::ffi::sys::eventfd().map_err(|e| e.raw_os_error().map_or(ENOMEM, Errno))?;
+                crate::os::sys::eventfd().map_err(|e| e.raw_os_error().map_or(ENOMEM, Errno))?;
             s.fd = Some(fd);
         }
         s.fd_mode = fd_mode;

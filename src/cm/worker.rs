@@ -372,7 +372,7 @@ pub fn start() -> CmResult {
         std::thread::Builder::new()
             .name("ibcm-worker".into())
             .spawn(|| {
-                crate::ffi::sys::block_all_signals();
+                crate::os::sys::block_all_signals();
                 run();
             })
             .map(drop)
@@ -460,7 +460,7 @@ const SPIN: Duration = Duration::from_micros(50);
 fn spin_for_work() {
     // The worker's own affinity, not `available_parallelism`: a CPU quota of
     // one CPU on a larger machine still runs the reader beside the worker.
-    static ONE_CPU: LazyLock<bool> = LazyLock::new(|| crate::ffi::sys::cpus_in_affinity() == 1);
+    static ONE_CPU: LazyLock<bool> = LazyLock::new(|| crate::os::sys::cpus_in_affinity() == 1);
     if *ONE_CPU {
         return;
     }

@@ -15,8 +15,6 @@ mod event;
 pub(crate) mod fork;
 mod path;
 mod sa;
-pub(crate) mod seqpacket;
-pub(crate) mod sys;
 #[cfg(test)]
 mod tests;
 

@@ -13,11 +13,11 @@ mod server;
 
 use std::sync::Arc;
 
-pub use crate::ffi::seqpacket::{
+pub use crate::os::seqpacket::{
     PeerCred, SeqPacket, block_termination_signals, wait_for_termination,
 };
 /// What the daemon's binary asks of the OS to run with least privilege.
-pub use crate::ffi::sys::{
+pub use crate::os::sys::{
     become_user, can_become_root, group_ids, inherited_seqpacket_listener,
     set_no_new_privs_in_every_thread, supplementary_groups, unix_socket_path, user_ids,
 };

@@ -24,9 +24,9 @@ use super::rules::{
     LOCAL_COMM_ID, Peer, REMOTE_COMM_ID, Refusal, RoutedRequests, Sender, attr_id, be32, check_send,
 };
 use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
-use crate::ffi::seqpacket::{PeerCred, SeqPacket};
 use crate::ibcm_log;
 use crate::log::Level;
+use crate::os::seqpacket::{PeerCred, SeqPacket};
 use crate::transport::{IdSlice, MadAddr, MadTransport, RecvFn};
 use crate::wire::{Drep, Mad, MsgResponse, Rej, SidrRep, attr, parse_header};
 

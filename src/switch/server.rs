@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use super::proto::{DeviceInfo, MAX_TO_DAEMON, ToClient, ToDaemon};
 use super::routing::{ClientId, Switch, SwitchCounter};
-use crate::ffi::seqpacket::{PeerCred, PidFd, Readiness, SeqPacket};
 use crate::ibcm_log;
 use crate::log::Level;
+use crate::os::seqpacket::{PeerCred, PidFd, Readiness, SeqPacket};
 use crate::transport::IdSlice;
 use crate::transport::batch::BURST;
 

@@ -28,8 +28,8 @@ use super::{IdSlice, LostFn, MadAddr, MadTransport, RecvFn};
 use crate::errno::{CmResult, EIO, ENODEV, Errno};
 
 const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
-use crate::ffi::seqpacket::SeqPacket;
 use crate::ibcm_log;
+use crate::os::seqpacket::SeqPacket;
 use crate::switch::proto::{DeviceInfo, MAX_MESSAGE, ToClient, ToDaemon};
 use crate::wire::Mad;
 
@@ -54,7 +54,7 @@ fn socket_for(device: &str) -> PathBuf {
 
 /// The daemon's socket path.
 pub fn socket_path() -> PathBuf {
-    crate::ffi::sys::secure_var_os(c"IBCM_SWITCH_SOCKET")
+    crate::os::sys::secure_var_os(c"IBCM_SWITCH_SOCKET")
         .filter(|p| !p.is_empty())
         .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
 }
@@ -166,7 +166,7 @@ pub struct SwitchTransport {
 /// Whether sends may bypass the daemon (`IBCM_SWITCH_DIRECT_SEND`, default
 /// on; `0` sends every MAD through it).
 fn direct_send_enabled() -> bool {
-    crate::ffi::sys::secure_var_os(c"IBCM_SWITCH_DIRECT_SEND").is_none_or(|v| v != "0")
+    crate::os::sys::secure_var_os(c"IBCM_SWITCH_DIRECT_SEND").is_none_or(|v| v != "0")
 }
 
 impl SwitchTransport {
@@ -207,7 +207,7 @@ impl SwitchTransport {
         let thread = std::thread::Builder::new()
             .name(format!("ibcm-switch-{device}"))
             .spawn(move || {
-                crate::ffi::sys::block_all_signals();
+                crate::os::sys::block_all_signals();
                 reader.run();
             })
             .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)))?;
@@ -373,7 +373,7 @@ impl Reader {
         let spawned = std::thread::Builder::new()
             .name(format!("ibcm-unlisten-{device}"))
             .spawn(move || {
-                crate::ffi::sys::block_all_signals();
+                crate::os::sys::block_all_signals();
                 // A device closed meanwhile, or the daemon died (the reader
                 // may not know yet): its listens ended with the connection,
                 // nothing is lost.

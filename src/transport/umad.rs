@@ -270,7 +270,7 @@ pub struct UmadTransport {
 /// opens.
 fn worker_reads() -> bool {
     static WORKER_READS: LazyLock<bool> = LazyLock::new(|| {
-        crate::ffi::sys::secure_var_os(c"IBCM_UMAD_READER_THREADS")
+        crate::os::sys::secure_var_os(c"IBCM_UMAD_READER_THREADS")
             .is_none_or(|v| v.is_empty() || v == "0")
     });
     *WORKER_READS

@@ -256,7 +256,7 @@ pub fn listen_fds_for(pid: u32, listen_pid: Option<&str>, listen_fds: Option<&st
 /// 1, the socket at descriptor 3. `None` when none was passed. An error when
 /// more than one was, or when descriptor 3 is not a listening `AF_UNIX`
 /// `SOCK_SEQPACKET` socket. The socket is made close-on-exec and blocking,
-/// as [`crate::ffi::seqpacket::SeqPacket::listen`] makes one (systemd passes
+/// as [`crate::os::seqpacket::SeqPacket::listen`] makes one (systemd passes
 /// its sockets non-blocking). Only the first call can take it; later ones
 /// get `None`.
 pub fn inherited_seqpacket_listener() -> std::io::Result<Option<std::os::fd::OwnedFd>> {

@@ -1,0 +1,13 @@
+//! The OS calls the library and the daemon make, behind safe functions:
+//! below the engine, so that [`crate::cm`], [`crate::transport`] and
+//! [`crate::switch`] depend downwards on it and never on the C ABI
+//! ([`crate::ffi`]). One of the three places with `unsafe` (with `ffi/` and
+//! the umad transport), each block with its `// SAFETY:` line.
+//!
+//! - [`sys`]: secure_getenv, signal masks, eventfd, CPU affinity, privileges
+//!   (the daemon's `--user`), socket activation.
+//! - [`seqpacket`]: the `SOCK_SEQPACKET` Unix sockets between `ibcmd` and its
+//!   processes, with the peer's credentials.
+
+pub(crate) mod seqpacket;
+pub(crate) mod sys;
