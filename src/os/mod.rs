@@ -9,5 +9,6 @@
 //! - [`seqpacket`]: the `SOCK_SEQPACKET` Unix sockets between `ibcmd` and its
 //!   processes, with the peer's credentials.
 
+pub(crate) mod rdma_netlink;
 pub(crate) mod seqpacket;
 pub(crate) mod sys;

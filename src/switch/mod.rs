@@ -7,6 +7,7 @@
 //! [`proto`]; routing is [`routing`].
 
 pub mod proto;
+mod qp_owner;
 pub mod routing;
 mod rules;
 mod server;
@@ -24,13 +25,47 @@ pub use crate::os::sys::{
 pub use routing::{Admitted, ClientId, Quotas, Switch, SwitchConfig, SwitchCounter};
 pub use server::CLIENT_SEND_BUFFER;
 
-use crate::errno::CmResult;
+use crate::errno::{CmResult, EIO, Errno};
+use crate::ibcm_log;
 use proto::DeviceInfo;
+use qp_owner::{KernelQps, QpOwners};
 
 impl Switch {
-    /// Serves RDMA device `name`: every ACTIVE port through umad.
+    /// Serves RDMA device `name`: every ACTIVE port through umad. The
+    /// kernel's resource tracking (RDMA netlink) tells whose QPs its
+    /// tenants name; a device the kernel does not know (a simulated one:
+    /// umad2sim) is served without that check, and says so.
     pub fn add_rdma_device(self: &Arc<Self>, name: &str) -> CmResult {
-        self.add_device(name, |recv| {
+        let qp_owners: Option<Arc<dyn QpOwners>> = match KernelQps::of_device(name) {
+            Ok(Some(qps)) => Some(Arc::new(qps)),
+            Ok(None) => {
+                ibcm_log!(
+                    Warn,
+                    "ibcmd: {name}: the kernel's RDMA netlink does not know this device (a simulated \
+                     one?): the QPNs its tenants name are not checked"
+                );
+                None
+            }
+            // No RDMA netlink at all: ib_core is not loaded, so no kernel
+            // device has QPs to name.
+            Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
+                ibcm_log!(
+                    Warn,
+                    "ibcmd: {name}: this kernel has no RDMA netlink (ib_core not loaded): the QPNs \
+                     its tenants name are not checked"
+                );
+                None
+            }
+            Err(e) => {
+                ibcm_log!(
+                    Error,
+                    "ibcmd: {name}: cannot ask the kernel whose QPs its tenants name (RDMA netlink: \
+                     {e}); not serving it"
+                );
+                return Err(e.raw_os_error().map_or(EIO, Errno));
+            }
+        };
+        self.add_device_with_qp_owners(name, qp_owners, |recv| {
             let (identity, transport) = crate::cm::device::open_for_switch(name, recv)?;
             let info = DeviceInfo {
                 node_guid: identity.node_guid,

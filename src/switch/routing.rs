@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::proto::{DeviceInfo, ToClient};
+use super::qp_owner::QpOwners;
 use super::rules::{
-    LOCAL_COMM_ID, Peer, REMOTE_COMM_ID, Refusal, RoutedRequests, Sender, attr_id, be32, check_send,
+    LOCAL_COMM_ID, Peer, REMOTE_COMM_ID, Refusal, RoutedRequests, Sender, attr_id, be32, check_qp,
+    check_send, named_qpn,
 };
 use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
 use crate::ibcm_log;
@@ -211,6 +213,8 @@ pub type ClientId = u64;
 struct SwitchDevice {
     info: DeviceInfo,
     transport: Arc<dyn MadTransport>,
+    /// Who owns its QPs (None: nobody can tell, a simulated device's).
+    qp_owners: Option<Arc<dyn QpOwners>>,
 }
 
 /// One registered process.
@@ -525,6 +529,18 @@ impl Switch {
         name: &str,
         open: impl FnOnce(RecvFn) -> CmResult<(DeviceInfo, Arc<dyn MadTransport>)>,
     ) -> CmResult {
+        self.add_device_with_qp_owners(name, None, open)
+    }
+
+    /// [`Switch::add_device`], with who owns the device's QPs: a tenant's
+    /// REQ, REP or SIDR_REP must then name a QP of its own process or user
+    /// (`rules::check_qp`).
+    pub fn add_device_with_qp_owners(
+        self: &Arc<Self>,
+        name: &str,
+        qp_owners: Option<Arc<dyn QpOwners>>,
+        open: impl FnOnce(RecvFn) -> CmResult<(DeviceInfo, Arc<dyn MadTransport>)>,
+    ) -> CmResult {
         let me = Arc::downgrade(self);
         let device = name.to_owned();
         let recv: RecvFn = Arc::new(move |port, addr, mad| {
@@ -533,9 +549,14 @@ impl Switch {
             }
         });
         let (info, transport) = open(recv)?;
-        self.devices
-            .write()
-            .insert(name.to_owned(), Arc::new(SwitchDevice { info, transport }));
+        self.devices.write().insert(
+            name.to_owned(),
+            Arc::new(SwitchDevice {
+                info,
+                transport,
+                qp_owners,
+            }),
+        );
         Ok(())
     }
 
@@ -1075,6 +1096,8 @@ impl Switch {
     /// carry.
     pub fn outbound(&self, client: ClientId, port: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
         let mut mad = *mad;
+        // Whose QP it names, asked of the kernel before the state lock.
+        let named_qp = named_qpn(&mad).and_then(|qpn| self.qp_owner(client, port, qpn));
         let (transport, verdict) = {
             let mut st = self.state.lock();
             let st = &mut *st;
@@ -1094,6 +1117,7 @@ impl Switch {
                 // service record removed) would give every process the SA
                 // access of the port, which needs umad access without ibcmd.
                 MGMT_CLASS_SA if is_path_query(&mad) => Ok(()),
+                MGMT_CLASS_CM if let Some(Err(why)) = named_qp => Err((why, device, cred, slice)),
                 MGMT_CLASS_CM => {
                     let held = c.reqs.len() + c.sidr_reqs.len();
                     let sender = Sender {
@@ -1121,6 +1145,18 @@ impl Switch {
             (transport, verdict)
         };
         if let Err((why, device, cred, slice)) = verdict {
+            if let Refusal::QpUnchecked(qpn) = why {
+                self.count_loss(SwitchCounter::TxRefused, || {
+                    format!(
+                        "refused a {} of process {} (uid {}) on {device}: {} (QPN {qpn:#08x})",
+                        attr::name(attr_id(&mad)),
+                        cred.pid,
+                        cred.uid,
+                        why.why()
+                    )
+                });
+                return Err(Errno(libc::EAGAIN));
+            }
             if !why.is_spoof() {
                 self.count(SwitchCounter::TxRefused);
                 return Err(EINVAL);
@@ -1130,7 +1166,7 @@ impl Switch {
             self.count_loss(SwitchCounter::TxSpoofed, || {
                 format!(
                     "dropped a {} from process {} (uid {}, gid {}) on {device}: {} (local comm \
-                     ID {:#010x}, remote comm ID {:#010x}; its slice {:#010x}..={:#010x})",
+                     ID {:#010x}, remote comm ID {:#010x}{}; its slice {:#010x}..={:#010x})",
                     attr::name(attr_id(&mad)),
                     cred.pid,
                     cred.uid,
@@ -1138,6 +1174,9 @@ impl Switch {
                     why.why(),
                     be32(&mad, LOCAL_COMM_ID),
                     be32(&mad, REMOTE_COMM_ID),
+                    why.qpn()
+                        .map(|q| format!(", QPN {q:#08x}"))
+                        .unwrap_or_default(),
                     slice.base,
                     slice.base | slice.mask()
                 )
@@ -1164,6 +1203,23 @@ impl Switch {
                 Err(e)
             }
         }
+    }
+
+    /// The verdict on QP `qpn` that `client` names in a MAD leaving `port`:
+    /// None when it is not checked (root, which may open umad and send
+    /// anything anyway; a device whose QPs nobody can tell); asked of the
+    /// device's [`QpOwners`] out of the state lock.
+    fn qp_owner(&self, client: ClientId, port: u8, qpn: u32) -> Option<Result<(), Refusal>> {
+        let (device, cred) = {
+            let st = self.state.lock();
+            let c = st.clients.get(&client)?;
+            (c.device.clone(), c.cred)
+        };
+        if cred.uid == 0 {
+            return None;
+        }
+        let owners = self.devices.read().get(&device)?.qp_owners.clone()?;
+        Some(check_qp(cred, qpn, owners.owner(port, qpn)))
     }
 
     /// Gives an SA query a TID of the daemon's (the processes' own TIDs

@@ -14,16 +14,22 @@
 //! GUID and its LocalCommID (`cm_find_remote_id`): a local comm ID in the
 //! sender's slice binds those to the sender's own connections, and a REQ's
 //! or REP's CA GUID (the peer's stale-connection key, with the QPN) and a
-//! REJ "timeout"'s ARI must be the device's own node GUID.
+//! REJ "timeout"'s ARI must be the device's own node GUID; the QPN of a
+//! REQ, a REP or a successful SIDR_REP (the other half of that key) must be
+//! a QP of the sender's process or user ([`check_qp`]).
 //! docs/ibcmd.md has this as a table.
 
 use std::collections::{HashMap, VecDeque};
+use std::io;
 
+use super::qp_owner::QpOwner;
+use crate::os::seqpacket::PeerCred;
 use crate::transport::{IdSlice, MadAddr};
 use crate::wire::mra::CM_MRA_MESSAGE_MRAED;
 use crate::wire::rej::{CM_REJ_ARI, CM_REJ_MESSAGE_REJECTED, CM_REJ_REASON};
-use crate::wire::rep::CM_REP_LOCAL_CA_GUID;
-use crate::wire::req::CM_REQ_LOCAL_CA_GUID;
+use crate::wire::rep::{CM_REP_LOCAL_CA_GUID, CM_REP_LOCAL_QPN};
+use crate::wire::req::{CM_REQ_LOCAL_CA_GUID, CM_REQ_LOCAL_QPN};
+use crate::wire::sidr_rep::{CM_SIDR_REP_QPN, CM_SIDR_REP_STATUS};
 use crate::wire::{Mad, attr};
 
 /// Offsets in a MAD (header included) of the comm IDs: LocalCommID (a
@@ -226,6 +232,14 @@ pub(super) enum Refusal {
     /// (`cm_find_remote_id`) by it, so another host's GUID acts on the
     /// peer's connections to that host.
     OtherGuid,
+    /// A QPN (a REQ's or REP's LocalQPN, a successful SIDR_REP's QPN) of a
+    /// QP that neither the sender's process nor its user owns: the peer keys
+    /// stale-connection checks by it, so another tenant's QPN makes the peer
+    /// disconnect that tenant.
+    NotItsQp(u32),
+    /// Whose QP it names could not be asked of the kernel: refused, as
+    /// nothing says it is the sender's.
+    QpUnchecked(u32),
     /// Not a CM attribute a process sends.
     Unknown,
 }
@@ -234,7 +248,15 @@ impl Refusal {
     /// Spoofed (`tx_spoofed`), or just not something the switch carries
     /// (`tx_refused`).
     pub(super) fn is_spoof(self) -> bool {
-        !matches!(self, Refusal::Unknown)
+        !matches!(self, Refusal::Unknown | Refusal::QpUnchecked(_))
+    }
+
+    /// The QPN the refusal is about.
+    pub(super) fn qpn(self) -> Option<u32> {
+        match self {
+            Refusal::NotItsQp(qpn) | Refusal::QpUnchecked(qpn) => Some(qpn),
+            _ => None,
+        }
     }
 
     pub(super) fn why(self) -> &'static str {
@@ -245,6 +267,8 @@ impl Refusal {
             }
             Refusal::BadMessageX => "its MessageRejected/MessageMRAed is 3",
             Refusal::OtherGuid => "it names a CA GUID that is not its device's",
+            Refusal::NotItsQp(_) => "it names a QP that is not its process's or its user's",
+            Refusal::QpUnchecked(_) => "the kernel could not say whose QP it names",
             Refusal::Unknown => "not a CM message a process sends",
         }
     }
@@ -344,5 +368,38 @@ pub(super) fn check_send(
             Ok(())
         }
         _ => Err(Refusal::Unknown),
+    }
+}
+
+/// `IB_SIDR_SUCCESS`: the only SIDR_REP status whose QPN means something.
+const SIDR_SUCCESS: u32 = 0;
+
+/// The QPN a CM MAD names as its sender's own: a REQ's or REP's LocalQPN, a
+/// successful SIDR_REP's QPN (the requester sends datagrams to it).
+pub(super) fn named_qpn(mad: &Mad) -> Option<u32> {
+    match attr_id(mad) {
+        attr::REQ => Some(CM_REQ_LOCAL_QPN.get(mad)),
+        attr::REP => Some(CM_REP_LOCAL_QPN.get(mad)),
+        attr::SIDR_REP if CM_SIDR_REP_STATUS.get(mad) == SIDR_SUCCESS => {
+            Some(CM_SIDR_REP_QPN.get(mad))
+        }
+        _ => None,
+    }
+}
+
+/// Whether process `cred` may name QP `qpn`, owned by `owner`: a QP of its
+/// own process, or of a process of its user (who could act for it anyway),
+/// and none of the kernel's. A lookup that failed refuses: nothing says the
+/// QP is the sender's.
+pub(super) fn check_qp(
+    cred: PeerCred,
+    qpn: u32,
+    owner: io::Result<QpOwner>,
+) -> Result<(), Refusal> {
+    match owner {
+        Ok(QpOwner::Process { pid, .. }) if i64::from(pid) == i64::from(cred.pid) => Ok(()),
+        Ok(QpOwner::Process { uid, .. }) if uid == cred.uid => Ok(()),
+        Ok(_) => Err(Refusal::NotItsQp(qpn)),
+        Err(_) => Err(Refusal::QpUnchecked(qpn)),
     }
 }

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::proto::DeviceInfo;
+use super::qp_owner::{FixedQps, QpOwner, QpOwners};
 use super::tests::{Client, user};
 use super::{PeerCred, SeqPacket, Switch, SwitchConfig, SwitchCounter};
 use crate::abi::ib_cm_event_type::{
@@ -39,10 +41,21 @@ struct Daemon {
 
 impl Daemon {
     fn start(index: u32) -> Self {
+        Self::start_with_qps(index, None)
+    }
+
+    /// A daemon that knows who owns the loop device's QPs (`qps`), as
+    /// the kernel's resource tracking tells `ibcmd` on a real device.
+    fn start_with_qps(index: u32, qps: Option<Arc<FixedQps>>) -> Self {
         let me = LoopIdentity::from_name(&format!("loop{index}")).unwrap();
         let name = format!("ibsw{index}");
         let switch = Switch::new(SwitchConfig::default());
-        super::tests::serve_loop(&switch, &name, me);
+        switch
+            .add_device_with_qp_owners(&name, qps.map(|q| q as Arc<dyn QpOwners>), |recv| {
+                let transport = LoopTransport::open(me, recv)?;
+                Ok((DeviceInfo::of_loop(me), transport as Arc<dyn MadTransport>))
+            })
+            .unwrap();
         let socket =
             std::env::temp_dir().join(format!("ibcm-review-a-{}-{name}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
@@ -165,9 +178,24 @@ struct StaleSetup {
     attacker_slice: IdSlice,
 }
 
+/// What the kernel would say of the victim's QP: a process of another user
+/// (the victim's engine runs in this test process, as root: its own MADs
+/// are not checked).
+fn victims_qp() -> Arc<FixedQps> {
+    let qps = Arc::new(FixedQps::default());
+    qps.0.lock().insert(
+        PASSIVE_QPN,
+        QpOwner::Process {
+            pid: 0x7fff_0001,
+            uid: 0,
+        },
+    );
+    qps
+}
+
 impl StaleSetup {
     fn new(index: u32) -> Self {
-        let daemon = Daemon::start(index);
+        let daemon = Daemon::start_with_qps(index, Some(victims_qp()));
         let victim = crate::cm::open_device(&daemon.name).unwrap();
         assert!(
             victim.id_slice().is_some(),
@@ -209,7 +237,6 @@ impl StaleSetup {
 }
 
 #[test]
-#[ignore = "open: the daemon cannot yet tell whose QPN a REQ or REP names (docs/ibcmd.md, threat model)"]
 fn review_a1_a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
     let mut s = StaleSetup::new(3800);
     let to_h = addr_of(&s.pair.a);
@@ -246,7 +273,6 @@ fn review_a1_a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
 }
 
 #[test]
-#[ignore = "open: the daemon cannot yet tell whose QPN a REQ or REP names (docs/ibcmd.md, threat model)"]
 fn review_a1_a_rep_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
     let mut s = StaleSetup::new(3810);
     const ATTACKER_SERVICE: u64 = 0x5151;
@@ -818,4 +844,178 @@ fn runs_as_root() -> bool {
                 .map(|v| v.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+// ---- Finding A1, the rule: whose QP a tenant names (rules::check_qp). The
+// daemon asks the device's QpOwners (on a real device the kernel's RDMA
+// netlink resource tracking; here a fixed table) and sends a REQ, a REP or a
+// successful SIDR_REP only when the QP is its tenant's process's or user's.
+
+/// A QP table, a daemon with it, and a tenant of user `uid`.
+fn qp_daemon(index: u32, uid: u32, qps: &[(u32, QpOwner)]) -> (Daemon, Client, IdSlice) {
+    let table = Arc::new(FixedQps::default());
+    table.0.lock().extend(qps.iter().cloned());
+    let daemon = Daemon::start_with_qps(index, Some(table));
+    let tenant = Client::connect_as(&daemon.switch, user(uid));
+    let slice = tenant.register(&daemon.name).unwrap();
+    (daemon, tenant, slice)
+}
+
+/// A REQ of the tenant's own: its slice, its device's CA GUID, QP `qpn`.
+fn req_naming(daemon: &Daemon, slice: IdSlice, qpn: u32) -> Mad {
+    Req {
+        local_comm_id: slice.base | 1,
+        service_id: 0x5151,
+        local_ca_guid: daemon.me.node_guid,
+        local_qpn: qpn,
+        ..Req::default()
+    }
+    .encode(1)
+}
+
+fn sent_and_spoofed(daemon: &Daemon) -> (u64, u64) {
+    (
+        daemon.switch.counter(SwitchCounter::TxSent),
+        daemon.switch.counter(SwitchCounter::TxSpoofed),
+    )
+}
+
+#[test]
+fn check_qp_a_tenant_may_name_a_qp_of_another_process_of_its_user() {
+    let other_process = QpOwner::Process {
+        pid: 0x7fff_0002,
+        uid: 4747,
+    };
+    let (daemon, mut tenant, slice) = qp_daemon(3840, 4747, &[(0x100, other_process)]);
+    tenant.send_mad(&req_naming(&daemon, slice, 0x100), &daemon.own_addr());
+    tenant.sync();
+    assert_eq!(sent_and_spoofed(&daemon), (1, 0));
+}
+
+#[test]
+fn check_qp_a_tenant_may_name_a_qp_its_own_process_made_as_another_user() {
+    // A process that changed its uid after creating the QP (a setuid
+    // service): the QP is still its own.
+    let this_process = QpOwner::Process {
+        pid: std::process::id(),
+        uid: 0,
+    };
+    let (daemon, mut tenant, slice) = qp_daemon(3841, 4747, &[(0x101, this_process)]);
+    tenant.send_mad(&req_naming(&daemon, slice, 0x101), &daemon.own_addr());
+    tenant.sync();
+    assert_eq!(sent_and_spoofed(&daemon), (1, 0));
+}
+
+#[test]
+fn check_qp_a_kernel_qp_or_one_nobody_owns_is_not_a_tenants() {
+    // QP1 (the MAD layer's), and a QPN no QP has: a tenant naming a QP that
+    // does not exist yet would squat on the next tenant's.
+    let (daemon, mut tenant, slice) = qp_daemon(3842, 4747, &[(1, QpOwner::Kernel)]);
+    for qpn in [1, 0x4242] {
+        tenant.send_mad(&req_naming(&daemon, slice, qpn), &daemon.own_addr());
+    }
+    tenant.sync();
+    assert_eq!(sent_and_spoofed(&daemon), (0, 2));
+}
+
+/// Owners that cannot be asked (netlink refused, timed out), counting the
+/// questions.
+#[derive(Default)]
+struct Unanswered(std::sync::atomic::AtomicUsize);
+
+impl QpOwners for Unanswered {
+    fn owner(&self, _: u8, _: u32) -> std::io::Result<QpOwner> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT))
+    }
+}
+
+fn unanswered_daemon(index: u32) -> (Daemon, Arc<Unanswered>) {
+    let me = LoopIdentity::from_name(&format!("loop{index}")).unwrap();
+    let name = format!("ibsw{index}");
+    let switch = Switch::new(SwitchConfig::default());
+    let owners = Arc::new(Unanswered::default());
+    switch
+        .add_device_with_qp_owners(&name, Some(owners.clone() as Arc<dyn QpOwners>), |recv| {
+            let transport = LoopTransport::open(me, recv)?;
+            Ok((DeviceInfo::of_loop(me), transport as Arc<dyn MadTransport>))
+        })
+        .unwrap();
+    let socket = std::env::temp_dir().join(format!("ibcm-qp-{}-{name}.sock", std::process::id()));
+    let daemon = Daemon {
+        switch,
+        name,
+        socket,
+        me,
+    };
+    (daemon, owners)
+}
+
+#[test]
+fn check_qp_a_question_the_kernel_does_not_answer_refuses_the_mad() {
+    let (daemon, owners) = unanswered_daemon(3843);
+    let mut tenant = Client::connect_as(&daemon.switch, user(4747));
+    let slice = tenant.register(&daemon.name).unwrap();
+    tenant.send_mad(&req_naming(&daemon, slice, 0x100), &daemon.own_addr());
+    tenant.sync();
+    assert_eq!(owners.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(sent_and_spoofed(&daemon), (0, 0));
+    assert_eq!(daemon.switch.counter(SwitchCounter::TxRefused), 1);
+}
+
+#[test]
+fn check_qp_root_is_not_asked_about() {
+    // Root may open umad and send any MAD without the daemon.
+    let (daemon, owners) = unanswered_daemon(3844);
+    let mut tenant = Client::connect_as(&daemon.switch, user(0));
+    let slice = tenant.register(&daemon.name).unwrap();
+    tenant.send_mad(&req_naming(&daemon, slice, 0x100), &daemon.own_addr());
+    tenant.sync();
+    assert_eq!(owners.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(sent_and_spoofed(&daemon), (1, 0));
+}
+
+#[test]
+fn check_qp_a_sidr_rep_names_a_qp_only_when_it_answers_success() {
+    let other_user = QpOwner::Process {
+        pid: 0x7fff_0003,
+        uid: 5858,
+    };
+    let (daemon, mut tenant, _) = qp_daemon(3845, 4747, &[(0x200, other_user)]);
+    assert_eq!(tenant.listen(0x5252), Ok(0x5252));
+    let peer = LoopIdentity::from_name("loop3849").unwrap();
+    let peer_port = LoopTransport::open(peer, Arc::new(|_, _, _| {})).unwrap();
+    let to_peer = MadAddr {
+        dlid: peer.lid,
+        dgid: peer.gid,
+        ..MadAddr::default()
+    };
+    let answer = |request_id: u32, status: u8| {
+        crate::wire::SidrRep {
+            request_id,
+            status,
+            qpn: 0x200,
+            service_id: 0x5252,
+            ..crate::wire::SidrRep::default()
+        }
+        .encode(11, 0)
+    };
+    // Two SIDR_REQs routed to the tenant: it answers the first "success"
+    // with another user's UD QP (the requester would send to it), the
+    // second "service not supported" (status 1: its QPN means nothing).
+    peer_port
+        .send(1, &daemon.own_addr(), &sidr_req(0x61, 0x5252))
+        .unwrap();
+    assert_eq!(attr_of(&tenant.got()), attr::SIDR_REQ);
+    tenant.send_mad(&answer(0x61, 0), &to_peer);
+    tenant.sync();
+    assert_eq!(sent_and_spoofed(&daemon), (0, 1));
+    peer_port
+        .send(1, &daemon.own_addr(), &sidr_req(0x62, 0x5252))
+        .unwrap();
+    assert_eq!(attr_of(&tenant.got()), attr::SIDR_REQ);
+    tenant.send_mad(&answer(0x62, 1), &to_peer);
+    tenant.sync();
+    assert_eq!(sent_and_spoofed(&daemon), (1, 1));
+    peer_port.close();
 }

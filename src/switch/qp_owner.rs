@@ -1,0 +1,185 @@
+//! Whose QP a tenant's REQ, REP or SIDR_REP names.
+//!
+//! The peer keys its connections by (remote QPN, remote CA GUID): the
+//! kernel's `cm_match_req` and `cm_rep_handler` look a REQ's or REP's
+//! LocalQPN up in `remote_qp_table`, and a hit is a stale connection the
+//! peer rejects and disconnects. Every tenant of a device shares its CA GUID,
+//! so a tenant naming another's QPN would make the peer tear down that
+//! tenant's connection. The daemon asks the kernel who owns the QP
+//! ([`KernelQps`], RDMA netlink resource tracking) and sends the MAD only
+//! when its tenant's process or user does (`rules::check_qp`).
+
+use std::collections::HashMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::os::rdma_netlink::{self, KernelQpOwner};
+
+/// Who owns a QP of a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QpOwner {
+    /// A process: its PID (thread group ID) and effective user ID.
+    Process { pid: u32, uid: u32 },
+    /// The kernel: a ULP's QP or the MAD layer's QP0/QP1.
+    Kernel,
+    /// Nobody: the device has no such QP, or its creator has exited.
+    Nobody,
+}
+
+/// Tells the owner of a device's QPs.
+pub trait QpOwners: Send + Sync {
+    /// The owner of QP `qpn`, which a MAD leaving `port` names. An error
+    /// when the question could not be answered (the MAD is then refused).
+    fn owner(&self, port: u8, qpn: u32) -> io::Result<QpOwner>;
+}
+
+/// A dump of the device's QP table is asked for at most this often: a QP
+/// still in RESET (no port yet) is only found by a dump, which costs the
+/// driver a query per QP, so a tenant naming such QPs in a loop must not
+/// turn into a dump per MAD.
+const DUMP_INTERVAL: Duration = Duration::from_millis(50);
+/// A dump answers for QPs it holds this long.
+const DUMP_FRESH: Duration = Duration::from_millis(200);
+
+/// The kernel's own record of a real RDMA device's QPs.
+pub struct KernelQps {
+    index: u32,
+    last_dump: Mutex<Option<Dump>>,
+}
+
+/// The device's QP table as one dump gave it.
+struct Dump {
+    at: Instant,
+    owners: HashMap<u32, KernelQpOwner>,
+}
+
+impl KernelQps {
+    /// The kernel's QP records of device `name`; None when the kernel has
+    /// no such device (a simulated fabric's: nobody can check its QPs).
+    pub fn of_device(name: &str) -> io::Result<Option<Self>> {
+        Ok(rdma_netlink::device_index(name)?.map(|index| Self {
+            index,
+            last_dump: Mutex::new(None),
+        }))
+    }
+
+    /// The owner of `qpn` from a recent dump of the QP table.
+    fn dumped(&self, qpn: u32) -> io::Result<Option<KernelQpOwner>> {
+        let mut last = self.last_dump.lock();
+        if let Some(dump) = last.as_ref() {
+            let age = dump.at.elapsed();
+            if let Some(owner) = dump.owners.get(&qpn).filter(|_| age < DUMP_FRESH) {
+                return Ok(Some(owner.clone()));
+            }
+            if age < DUMP_INTERVAL {
+                return Ok(None);
+            }
+        }
+        let owners = rdma_netlink::qp_owners(self.index)?;
+        let owner = owners.get(&qpn).cloned();
+        *last = Some(Dump {
+            at: Instant::now(),
+            owners,
+        });
+        Ok(owner)
+    }
+}
+
+impl QpOwners for KernelQps {
+    fn owner(&self, port: u8, qpn: u32) -> io::Result<QpOwner> {
+        let owner = match rdma_netlink::qp_owner(self.index, port, qpn) {
+            Ok(owner) => owner,
+            // The QP exists but is not on `port`: still in RESET (its port
+            // is set by the move to INIT), or on another port.
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => self.dumped(qpn)?,
+            Err(e) => return Err(e),
+        };
+        match owner {
+            None | Some(KernelQpOwner::Orphan) => Ok(QpOwner::Nobody),
+            Some(KernelQpOwner::Kernel(_)) => Ok(QpOwner::Kernel),
+            Some(KernelQpOwner::Task(tid)) => task_owner(tid),
+        }
+    }
+}
+
+/// The process and user of task `tid` (the kernel records the creating
+/// thread, which may be any thread of the process).
+fn task_owner(tid: u32) -> io::Result<QpOwner> {
+    let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
+        Ok(status) => status,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(QpOwner::Nobody),
+        Err(e) => return Err(e),
+    };
+    parse_status(&status).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADMSG))
+}
+
+/// `Tgid:` and the effective ID of `Uid:` (real, effective, saved, fs) of a
+/// /proc/PID/status.
+fn parse_status(status: &str) -> Option<QpOwner> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|rest| rest.split_whitespace().collect::<Vec<_>>())
+    };
+    let pid = field("Tgid:")?.first()?.parse().ok()?;
+    let uid = field("Uid:")?.get(1)?.parse().ok()?;
+    Some(QpOwner::Process { pid, uid })
+}
+
+/// A fixed table, for the in-process fabric's tests: what a kernel would
+/// say of the QPs of a loop device.
+#[cfg(test)]
+#[derive(Default)]
+pub struct FixedQps(pub Mutex<HashMap<u32, QpOwner>>);
+
+#[cfg(test)]
+impl QpOwners for FixedQps {
+    fn owner(&self, _port: u8, qpn: u32) -> io::Result<QpOwner> {
+        Ok(self.0.lock().get(&qpn).cloned().unwrap_or(QpOwner::Nobody))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_of_a_task_is_its_thread_group_and_effective_user() {
+        let status = "Name:\tibcm-worker\nTgid:\t4100\nPid:\t4107\nPPid:\t1\n\
+                      Uid:\t1000\t2000\t2000\t2000\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(
+            parse_status(status),
+            Some(QpOwner::Process {
+                pid: 4100,
+                uid: 2000
+            })
+        );
+        assert_eq!(parse_status("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn every_thread_of_this_process_is_owned_by_this_process() {
+        use std::os::unix::fs::MetadataExt;
+        let (stop, wait) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || wait.recv());
+        let me = std::process::id();
+        let uid = std::fs::metadata("/proc/self").unwrap().uid();
+        let tids: Vec<u32> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+            .collect();
+        assert!(tids.len() >= 2, "{tids:?}");
+        for tid in tids {
+            assert_eq!(
+                task_owner(tid).unwrap(),
+                QpOwner::Process { pid: me, uid },
+                "thread {tid}"
+            );
+        }
+        drop(stop);
+        let _ = thread.join();
+    }
+}
