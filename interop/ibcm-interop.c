@@ -32,6 +32,9 @@
  *   ibcm-interop xrc-server PORT      the kernel's XRC_INI (xrc-peer client)
  *                                     connects to A as XRC_TGT, the kernel
  *                                     disconnects
+ *   ibcm-interop spoof-req PORT       a tenant of ibcmd names another user's
+ *                                     QP ($IBCM_VICTIM_QPN), the kernel's and
+ *                                     its own in REQs: only its own leaves
  *
  * rdma_rxe has no XRC verbs objects (ibv_open_xrcd: EOPNOTSUPP), so the xrc-*
  * modes exchange the CM messages only: their QPNs are not backed by QPs and no
@@ -472,6 +475,10 @@ static int mode_rping_client(void) {
   struct verbs v;
   verbs_open(&v, IBV_QPT_RC, RPING_BUF);
   struct ib_cm_id *id = connect_to_kernel(&v, post_rping_recv);
+  char qpn[16];
+  snprintf(qpn, sizeof(qpn), "0x%06x", v.qp->qp_num);
+  setenv("IBCM_QPN", qpn, 1);
+  run_hook("ESTABLISHED"); /* scenario 12 attacks the connection here */
   long long t0 = now_ms();
   for (int ping = 0; ping < RPING_COUNT; ping++) {
     char *start = (char *)v.buf + OFF_START, *sink = (char *)v.buf + OFF_RDMA;
@@ -656,6 +663,73 @@ static int mode_sidr_client(void) {
   poll_until(&v, MSG_COUNT, MSG_COUNT);
   printf("data: %d datagrams of %d bytes each way\n", MSG_COUNT, MSG_SIZE);
   CHECK_EQ(ibv_destroy_ah(ah), 0);
+  verbs_close(&v);
+  return 0;
+}
+
+/* A tenant of ibcmd names QPs in REQs to the kernel in B, with short
+ * timeouts: $IBCM_VICTIM_QPN (another user's connected QP: B's kernel would
+ * find it in its remote QP table, REJ the REQ as a stale connection and DREQ
+ * that connection, cm_match_req), QP1 (the kernel's), then an RC QP of its
+ * own, in RESET, to a port nobody listens on. ibcmd must drop the first two
+ * (each REQ then ends in REQ_ERROR, no REJ) and send the third (B's kernel
+ * answers REJ "invalid service ID"). */
+static int mode_spoof_req(void) {
+  const char *victim = getenv("IBCM_VICTIM_QPN");
+  if (!victim)
+    test_fail(__FILE__, __LINE__, "$IBCM_VICTIM_QPN is not set");
+  struct verbs v;
+  verbs_open(&v, IBV_QPT_RC, 128);
+  const struct {
+    const char *whose;
+    uint32_t qpn;
+    int sent;
+  } named[] = {{"another user's", (uint32_t)strtoul(victim, NULL, 0), 0},
+               {"the kernel's (QP1)", 1, 0},
+               {"its own", v.qp->qp_num, 1}};
+  for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
+    struct sa_path_rec path;
+    uint8_t hdr[CMA_HDR_LEN];
+    struct ib_cm_id *id = active_id(&path, hdr);
+    uint16_t listening = tool_port;
+    if (named[i].sent)
+      tool_port++; /* nobody listens there */
+    struct ib_cm_req_param req = rdma_cm_req(&path, hdr, RDMA_PS_TCP, named[i].qpn, IB_QPT_RC);
+    tool_port = listening;
+    req.remote_cm_response_timeout = 16; /* ~270 ms a try, 3 tries */
+    req.local_cm_response_timeout = 16;
+    req.max_cm_retries = 2;
+    unsigned mark = log_mark();
+    long long t0 = now_ms();
+    CHECK_EQ(ib_send_cm_req(id, &req), 0);
+    while (count_events_from(mark, id, IB_CM_REQ_ERROR) + count_events_from(mark, id, IB_CM_REJ_RECEIVED) == 0) {
+      if (now_ms() - t0 > WAIT_MS)
+        test_fail(__FILE__, __LINE__, "REQ naming %s QP 0x%06x: no answer in %d ms",
+                  named[i].whose, named[i].qpn, WAIT_MS);
+      sleep_ms(10);
+    }
+    if (count_events_from(mark, id, IB_CM_REJ_RECEIVED)) {
+      const struct cm_ev *rej = wait_event_from(mark, id, IB_CM_REJ_RECEIVED, 0);
+      int reason = rej->param.rej_rcvd.reason;
+      printf("REQ naming %s QP 0x%06x: REJ reason %d after %lld ms\n", named[i].whose,
+             named[i].qpn, reason, now_ms() - t0);
+      if (!named[i].sent)
+        test_fail(__FILE__, __LINE__,
+                  "the REQ naming %s QP 0x%06x reached the kernel in B (REJ reason %d%s)",
+                  named[i].whose, named[i].qpn, reason,
+                  reason == IB_CM_REJ_STALE_CONN ? ": stale connection, it disconnects the QP's "
+                                                   "connection"
+                                                 : "");
+      CHECK_EQ(reason, IB_CM_REJ_INVALID_SERVICE_ID);
+    } else {
+      printf("REQ naming %s QP 0x%06x: REQ_ERROR after %lld ms, nothing came back\n",
+             named[i].whose, named[i].qpn, now_ms() - t0);
+      if (named[i].sent)
+        test_fail(__FILE__, __LINE__, "the REQ naming its own QP 0x%06x was not sent",
+                  named[i].qpn);
+    }
+    ib_destroy_cm_id(id);
+  }
   verbs_close(&v);
   return 0;
 }
@@ -854,6 +928,7 @@ int main(int argc, char **argv) {
       {"sidr-server", mode_sidr_server},   {"sidr-client", mode_sidr_client},
       {"stale-dreq", mode_stale_dreq},     {"stale-drep", mode_stale_drep},
       {"xrc-client", mode_xrc_client},     {"xrc-server", mode_xrc_server},
+      {"spoof-req", mode_spoof_req},
   };
   if (argc != 3) {
     fprintf(stderr, "usage: %s MODE PORT (see the comment at the top of ibcm-interop.c)\n",

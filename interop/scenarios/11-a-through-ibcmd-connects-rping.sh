@@ -14,7 +14,7 @@ scenario_start
 SOCK=/tmp/ibcmd-interop.sock
 IBCM_LOG=info "$IBCMD" --socket "$SOCK" rxe0 > "$OUT/$SCENARIO.ibcmd.log" 2>&1 &
 DAEMON=$!
-trap 'kill $TCPDUMP $DAEMON 2>/dev/null' EXIT
+trap 'kill $TCPDUMP $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null' EXIT
 for _ in $(seq 1 100); do grep -q listening "$OUT/$SCENARIO.ibcmd.log" && break; sleep 0.1; done
 grep -q listening "$OUT/$SCENARIO.ibcmd.log" || fail "ibcmd did not start: $(cat "$OUT/$SCENARIO.ibcmd.log")"
 step "ibcmd serving rxe0 in A"
@@ -45,6 +45,9 @@ step "ibcmd carried $SENT1 MADs with direct sends, $((SENT2 - SENT1)) without"
 grep -q "registered for rxe0" "$OUT/$SCENARIO.ibcmd.log" || fail "the process did not register with ibcmd"
 [ "$(daemon_stat tx_spoofed)" = 0 ] && [ "$(daemon_stat tx_refused)" = 0 ] || fail "ibcmd refused MADs"
 [ "$(daemon_stat registered)" = 2 ] || fail "want 2 registrations, got $(daemon_stat registered)"
+# Stopped (and waited for) before the capture's end, whose trap - EXIT would
+# leave it running: the next scenario's daemon registers rxe0's CM agent.
+kill $DAEMON; wait $DAEMON 2>/dev/null
 check_capture REQ REP RTU DREQ DREP
 check_private_data dreq
 pass
