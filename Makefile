@@ -41,8 +41,22 @@ help:
 deps:
 	@scripts/install-deps.sh
 
+# The shared object C programs load, linked again from libib_cm.a with
+# libib_cm.map as its only version script: for a cdylib rustc hands the
+# linker its own anonymous version script first, and the linker keeps that
+# (rust-lld: "attempt to reassign symbol ... to version 'IBCM_0.1'"), so
+# cargo's libib_cm.so defines the IBCM_0.1 node and binds nothing to it.
+# Linked here, every export is sym@@IBCM_0.1 (symbols-check), as rdma-core
+# versions its libraries. NATIVE_LIBS: what the Rust standard library in the
+# archive needs (rustc --print native-static-libs; ib_cm.pc's Libs.private).
+SHARED      := $(RELEASE)/libib_cm.so.$(VERSION)
+NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+
 lib:
 	$(CARGO) build --release --locked
+	$${CC:-cc} -shared -o $(SHARED) -Wl,-soname,libib_cm.so.0 \
+	  -Wl,--version-script=libib_cm.map -Wl,--gc-sections -Wl,-z,relro,-z,now \
+	  -Wl,--whole-archive $(RELEASE)/libib_cm.a -Wl,--no-whole-archive $(NATIVE_LIBS)
 
 header:
 	$(CBINDGEN) --config cbindgen.toml --quiet --output include/rdma/ib_cm.h .
@@ -65,7 +79,7 @@ header-check:
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/rdma
-	install -m 0755 $(RELEASE)/libib_cm.so $(DESTDIR)$(PREFIX)/lib/libib_cm.so.$(VERSION)
+	install -m 0755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libib_cm.so.$(VERSION)
 	ln -sf libib_cm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libib_cm.so.0
 	ln -sf libib_cm.so.0 $(DESTDIR)$(PREFIX)/lib/libib_cm.so
 	install -m 0644 $(RELEASE)/libib_cm.a $(DESTDIR)$(PREFIX)/lib/libib_cm.a
@@ -123,6 +137,11 @@ symbols-check: stage
 	  echo "symbols: $$(wc -l < $(BUILD)/symbols.txt) exported, as listed"; \
 	else echo "symbols: exported set differs from c-tests/exported-symbols.txt"; exit 1; fi
 	@readelf -d $(STAGE)/lib/libib_cm.so.0 | grep -q 'SONAME.*\[libib_cm.so.0\]' && echo "soname: libib_cm.so.0"
+	@# Each export bound to its node of libib_cm.map (sym@@IBCM_0.1), none unversioned.
+	@unversioned=$$(nm -D --defined-only $(STAGE)/lib/libib_cm.so | awk '$$3 !~ /@@IBCM_[0-9.]+$$/ && $$3 !~ /^IBCM_/ {print $$3}'); \
+	  if [ -n "$$unversioned" ]; then echo "symbols: not versioned: $$unversioned"; exit 1; fi; \
+	  echo "symbols: every export versioned: $$(nm -D --defined-only $(STAGE)/lib/libib_cm.so | \
+	    sed -n 's/.*@@\(IBCM_[0-9.]*\)$$/\1/p' | sort -u | tr "\n" " ")"
 
 # $(1): build dir, $(2): extra cmake args
 define c_suite

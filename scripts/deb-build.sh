@@ -120,14 +120,10 @@ done
 
 # symbols: every symbol of libib_cm.map at the version of its node (a node
 # IBCM_M.N is first released in M.N.0), as sym@NODE and the node's own
-# definition NODE@NODE. But libib_cm.so.0 as cargo links it binds no symbol
-# to its node: rustc passes the linker its own version script, anonymous and
-# first, and the linker keeps that assignment (rust-lld: "attempt to reassign
-# symbol 'ib_cm_listen' of VER_NDX_GLOBAL to version 'IBCM_0.1'"): the node
-# is defined, with nothing in it. Until the library is linked with the map
-# alone, its symbols are unversioned, sym@Base. IBCM_DEB_SYMBOL_VERSIONS=1
-# writes the versioned file, which dpkg-gensymbols refuses for that library.
-symbol_versions=${IBCM_DEB_SYMBOL_VERSIONS:-0}
+# definition NODE@NODE: `make lib` links libib_cm.so.0 with the map as its
+# only version script (Makefile, SHARED). IBCM_DEB_SYMBOL_VERSIONS=0 writes
+# sym@Base instead, for a library linked without it (cargo's cdylib).
+symbol_versions=${IBCM_DEB_SYMBOL_VERSIONS:-1}
 symbols_from_map() {
   echo "libib_cm.so.0 libib-cm0 #MINVER#"
   echo "* Build-Depends-Package: libib-cm-dev"
