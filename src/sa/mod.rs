@@ -72,4 +72,6 @@ pub fn kernel_errno(e: Errno) -> Errno {
 }
 
 #[cfg(test)]
+mod cache_tests;
+#[cfg(test)]
 pub(crate) mod tests;
