@@ -4,7 +4,7 @@
 //! device under `/sys/class/infiniband`, reached through libibumad.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::RwLock;
 
@@ -16,6 +16,7 @@ use super::worker;
 use super::worker::EAGAIN;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, EIO, ENETDOWN, ENODEV, EOPNOTSUPP};
 use crate::refusal::{Rule, invalid, refuse};
+use crate::sa::cache::{self, PathCache, PortId, PortView};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
@@ -123,6 +124,10 @@ pub struct Device {
     /// Where handlers of this device's ids run: the worker (the default), or
     /// the application's thread in `ibcm_process_events` (FD mode).
     pub events: EventQueue,
+    /// A cache of its own, set by tests of the in-process fabric: its loop
+    /// ports then ask their paths of the fake SA through it, as real ports
+    /// ask theirs through the process's cache.
+    own_path_cache: OnceLock<Arc<PathCache>>,
 }
 
 /// What a device is made of before its transport opens.
@@ -270,6 +275,7 @@ impl Device {
                 rx_queued: AtomicUsize::new(0),
                 rx_queue_cap: AtomicUsize::new(worker::RX_QUEUE_CAP),
                 events: EventQueue::default(),
+                own_path_cache: OnceLock::new(),
             }
         });
         result.map(|()| device)
@@ -434,11 +440,8 @@ impl Device {
         if port.is_roce() {
             return roce_path(port, dgid);
         }
-        if self.as_loop().is_none() {
-            return self.query_path(
-                port,
-                &PathQuery::between(port.gids[0].gid, *dgid, port.pkey),
-            );
+        if self.as_loop().is_none() || self.own_path_cache.get().is_some() {
+            return self.path_from_sa(port, dgid);
         }
         // The in-process fabric knows every LID.
         let dest = LoopIdentity::from_gid(dgid).ok_or_else(|| {
@@ -513,17 +516,75 @@ fn device_ack_delay(name: &str) -> u8 {
 }
 
 impl Device {
+    /// An InfiniBand port's path to `dgid`, as `ibcm_init_path` gives it: from
+    /// the path cache, which asks the SA once per destination (and again once
+    /// the answer expired or was invalidated). A thread that may not wait for
+    /// another's query (the worker: its timers drive every query's resends)
+    /// asks by itself when the same query is in flight.
+    fn path_from_sa(&self, port: &Port, dgid: &[u8; 16]) -> CmResult<Path> {
+        let query = PathQuery::between(port.gids[0].gid, *dgid, port.pkey);
+        let view = PortView {
+            lid: port.lid,
+            sm_lid: port.sm_lid,
+            sm_sl: port.sm_sl,
+        };
+        let may_wait = !worker::on_worker();
+        self.path_cache()
+            .get(self.port_id(port.port_num), view, &query, may_wait, || {
+                self.query_path(port, &query)
+            })
+            .map_err(sa::kernel_errno)
+    }
+
+    /// The cache this device's paths are kept in: the process's (or a test's).
+    pub fn path_cache(&self) -> &PathCache {
+        self.own_path_cache.get().unwrap_or(cache::process())
+    }
+
+    /// Port `port_num` as every process of the host knows it.
+    pub fn port_id(&self, port_num: u8) -> PortId {
+        PortId {
+            node_guid: self.node_guid,
+            port_num,
+        }
+    }
+
+    /// Port `port_num` changed (its state, LID or SM), or its SM asked its
+    /// clients to reregister: the paths cached for it go. What should call
+    /// it, a reader of the port's asynchronous events, does not exist yet:
+    /// the library reads a port once, when the device opens (a device
+    /// opened again with another LID or SM drops the old answers by itself).
+    pub fn port_changed(&self, port_num: u8) {
+        self.path_cache().invalidate_port(self.port_id(port_num));
+    }
+
+    /// A REQ from `port_num` to `dgid` timed out: the path may be stale, so
+    /// the next `ibcm_init_path` to `dgid` asks the SA again.
+    pub fn req_timed_out(&self, port_num: u8, dgid: &[u8; 16]) {
+        self.path_cache()
+            .invalidate_destination(self.port_id(port_num), dgid);
+    }
+
+    /// Makes this loop device's InfiniBand paths come from the fake SA of a
+    /// test, through `cache`, as a real port's do (once; later calls do
+    /// nothing).
+    #[cfg(test)]
+    pub fn ask_sa_for_paths(&self, cache: Arc<PathCache>) {
+        let _ = self.own_path_cache.set(cache);
+    }
+
     /// Asks the SA of `port`'s subnet for a path and waits for the answer
     /// (`ibcm_init_path`'s 4 tries of 500 ms): `-EAGAIN` while the port knows
     /// no SM, `-ETIMEDOUT` when the SA never answers, `-EINVAL` when it
-    /// answers with an error, `-ENODEV` when the device closes (before the
-    /// query, or its flush while it waits), `-EIO` when a send failed.
+    /// answers with an error ([`sa::BUSY`] for Busy), `-ENODEV` when the
+    /// device closes (before the query, or its flush while it waits), `-EIO`
+    /// when a send failed.
     pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
         let timing = Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES);
         query::wait_for(|done| self.path_query(port, *query, timing, done, None)).map_err(|e| {
             match e {
                 sa::EINTR => ENODEV,
-                EAGAIN | sa::ETIMEDOUT | EINVAL | ENODEV | EOPNOTSUPP => e,
+                EAGAIN | sa::ETIMEDOUT | EINVAL | ENODEV | EOPNOTSUPP | sa::BUSY => e,
                 _ => EIO,
             }
         })

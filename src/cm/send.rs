@@ -165,7 +165,10 @@ fn report_timeout(id: &Arc<CmIdPriv>, mut l: Locked) {
     l.inner.msg = None;
     let event = match state {
         IB_CM_REQ_SENT | IB_CM_MRA_REQ_RCVD => {
+            // Its path may be stale: the next ibcm_init_path asks the SA.
+            let (port_num, dgid) = (l.inner.av.port_num, l.inner.av.addr.dgid);
             reset_to_idle(&mut l, "REQ timed out");
+            id.device.req_timed_out(port_num, &dgid);
             IB_CM_REQ_ERROR
         }
         IB_CM_REP_SENT | IB_CM_MRA_REP_RCVD => {

@@ -11,6 +11,7 @@
 //! worker, or to a caller blocked in `ibcm_init_path`. [`client`] holds the
 //! kernel's `struct ib_sa_client` accounting.
 
+pub mod cache;
 pub mod client;
 pub mod pathrec;
 pub mod query;
@@ -42,16 +43,35 @@ fn tid_low(mad: &Mad) -> u32 {
     u32::from_be_bytes([mad[12], mad[13], mad[14], mad[15]])
 }
 
-/// The status of an SA answer as the kernel hands it on: 0, or `-EINVAL`
-/// for any error status (the SA's reason is in the MAD, not in the errno).
+/// `-EBUSY`, inside the library only: the SA answered with the MAD status
+/// bit Busy (`IB_MGMT_MAD_STATUS_BUSY`, IBA 13.4.7: the request was
+/// discarded, ask again later). The path cache backs off and asks again;
+/// what reaches a caller is the kernel's `-EINVAL` ([`kernel_errno`]).
+pub const BUSY: Errno = Errno(libc::EBUSY);
+/// The Busy bit of the common MAD status.
+const MAD_STATUS_BUSY: u16 = 0x0001;
+
+/// The status of an SA answer: 0, [`BUSY`], or `-EINVAL` for any other
+/// error status (the SA's reason is in the MAD, not in the errno).
 fn status_errno(mad: &Mad) -> CmResult {
     let status = u16::from_be_bytes([mad[4], mad[5]]);
     if status != 0 {
         crate::ibcm_log!(Debug, "SA answered with status {status:#06x}");
+        if status & MAD_STATUS_BUSY != 0 {
+            return Err(BUSY);
+        }
         return Err(EINVAL);
     }
     Ok(())
 }
 
+/// A query's outcome as the kernel's SA client reports it: any error status,
+/// Busy included, is `-EINVAL` (`recv_handler`).
+pub fn kernel_errno(e: Errno) -> Errno {
+    if e == BUSY { EINVAL } else { e }
+}
+
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -11,6 +11,8 @@ const ATTR_PATH_RECORD: u16 = 0x0035;
 /// Where the SA header's ComponentMask and the attribute start.
 const COMP_MASK_OFFSET: usize = 48;
 const DATA_OFFSET: usize = 56;
+/// The PathRecord attribute's size.
+pub const RECORD_SIZE: usize = 64;
 
 /// `IB_SA_PATH_REC_*`: the component mask bits of a PathRecord query.
 pub const COMP_SERVICE_ID: u64 = (1 << 0) | (1 << 1);
@@ -71,10 +73,18 @@ impl PathQuery {
         mad[12..16].copy_from_slice(&tid.to_be_bytes());
         mad[16..18].copy_from_slice(&ATTR_PATH_RECORD.to_be_bytes());
         mad[COMP_MASK_OFFSET..DATA_OFFSET].copy_from_slice(&self.comp_mask.to_be_bytes());
-        let record = &mut mad[DATA_OFFSET..DATA_OFFSET + 64];
-        encode_record(&self.rec, record);
-        encode_extras(&self.extras, record);
+        mad[DATA_OFFSET..DATA_OFFSET + RECORD_SIZE].copy_from_slice(&self.record_bytes());
         mad
+    }
+
+    /// The PathRecord this query sends: its given fields and extras as they
+    /// go on the wire. With the component mask, all that tells one query
+    /// from another (the path cache's key).
+    pub fn record_bytes(&self) -> [u8; RECORD_SIZE] {
+        let mut record = [0u8; RECORD_SIZE];
+        encode_record(&self.rec, &mut record);
+        encode_extras(&self.extras, &mut record);
+        record
     }
 }
 

@@ -289,11 +289,13 @@ fn finish(mut query: Query, outcome: CmResult<Path>) {
     }
     match query.done {
         Completion::Waiter(waiter) => {
+            // `BUSY` as it is: the path cache backs off on it.
             // The waiter may have given up (its bound passed): nobody to tell.
             let _ = waiter.try_send(outcome);
         }
         Completion::Callback(callback) => {
             let client = query.client.take();
+            let outcome = outcome.map_err(super::kernel_errno);
             worker::queue_sa_callback(Box::new(move || {
                 callback(outcome);
                 drop(client);

@@ -2,7 +2,7 @@
 //! `LoopIdentity::SM_LID`, where nobody answers unless a test opens a fake SA
 //! there; so every test here holds [`SA_TESTS`] (one fabric per process).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -24,7 +24,7 @@ use crate::transport::{MadTransport, RecvFn};
 /// Serialises the tests that use the fabric's SM LID.
 pub static SA_TESTS: Mutex<()> = Mutex::new(());
 
-const WAIT: Duration = Duration::from_secs(10);
+pub(super) const WAIT: Duration = Duration::from_secs(10);
 const PATH_RECORD: u16 = 0x0035;
 /// Short tries: the timeout tests end in milliseconds, whatever the load
 /// (nothing asserts how long they took).
@@ -35,30 +35,75 @@ const QUICK: Timing = Timing {
 
 /// What the fake SA answers.
 #[derive(Clone, Copy)]
-enum Answer {
+pub(super) enum Answer {
     /// The queried record with `dlid` and `slid` filled in.
     Record,
+    /// The queried record with the number of the query (from 1) as `dlid`:
+    /// which query an answer came from.
+    Numbered,
     /// An error status (0x0300: no records).
     NoRecords,
 }
 
+/// How the fake SA behaves, and what it saw.
+struct Script {
+    answer: Answer,
+    /// The next this many queries are answered Busy.
+    busy: AtomicU32,
+    /// Each answer waits for a message here first (or 10 s).
+    hold: Option<std::sync::Mutex<Receiver<()>>>,
+    /// PathRecord queries received.
+    queries: AtomicU64,
+}
+
+/// The MAD status bit Busy.
+const STATUS_BUSY: u16 = 0x0001;
+
 /// A fake SA at the SM LID, answering every SubnAdmGet(PathRecord).
-struct FakeSa {
+pub(super) struct FakeSa {
     transport: Arc<LoopTransport>,
+    script: Arc<Script>,
 }
 
 impl FakeSa {
-    fn open(answer: Answer) -> Self {
+    pub(super) fn open(answer: Answer) -> Self {
+        Self::scripted(answer, 0, None)
+    }
+
+    /// An SA that answers the first `busy` queries Busy, and each answer
+    /// only once `hold` (if any) gives a message.
+    pub(super) fn scripted(answer: Answer, busy: u32, hold: Option<Receiver<()>>) -> Self {
         let me = LoopIdentity::from_lid(LoopIdentity::SM_LID).unwrap();
         let this: Arc<OnceLock<Arc<LoopTransport>>> = Arc::default();
-        let inner = this.clone();
+        let script = Arc::new(Script {
+            answer,
+            busy: AtomicU32::new(busy),
+            hold: hold.map(std::sync::Mutex::new),
+            queries: AtomicU64::new(0),
+        });
+        let (inner, seen) = (this.clone(), script.clone());
         let recv: RecvFn = Arc::new(move |_port, from, mad| {
+            if u16::from_be_bytes([mad[16], mad[17]]) != PATH_RECORD {
+                return;
+            }
+            let number = seen.queries.fetch_add(1, Ordering::SeqCst) + 1;
+            if let Some(hold) = &seen.hold {
+                let _ = hold.lock().unwrap().recv_timeout(WAIT);
+            }
             let mut resp = *mad;
             resp[3] = 0x81;
-            match answer {
+            let busy = seen
+                .busy
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            match seen.answer {
+                _ if busy => resp[4..6].copy_from_slice(&STATUS_BUSY.to_be_bytes()),
                 Answer::Record => {
                     resp[56 + 40..56 + 42].copy_from_slice(&7u16.to_be_bytes());
                     resp[56 + 42..56 + 44].copy_from_slice(&2u16.to_be_bytes());
+                }
+                Answer::Numbered => {
+                    resp[56 + 40..56 + 42].copy_from_slice(&(number as u16).to_be_bytes());
                 }
                 Answer::NoRecords => resp[4..6].copy_from_slice(&0x0300u16.to_be_bytes()),
             }
@@ -68,7 +113,12 @@ impl FakeSa {
         });
         let transport = LoopTransport::open(me, recv).unwrap();
         let _ = this.set(transport.clone());
-        FakeSa { transport }
+        FakeSa { transport, script }
+    }
+
+    /// How many PathRecord queries reached this SA.
+    pub(super) fn queries(&self) -> u64 {
+        self.script.queries.load(Ordering::SeqCst)
     }
 }
 
@@ -236,7 +286,7 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
 #[test]
 fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
     let _serial = SA_TESTS.lock();
-    let sends = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let sends = Arc::new(AtomicU32::new(0));
     let new = |fail_from: u32, done| {
         let sends = sends.clone();
         query::NewQuery {
@@ -283,7 +333,7 @@ fn a_waiter_on_the_worker_resends_by_itself() {
     let _serial = SA_TESTS.lock();
     let (tx, outcome) = channel();
     worker::queue_sa_callback(Box::new(move || {
-        let sends = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let sends = Arc::new(AtomicU32::new(0));
         let counted = sends.clone();
         let waited = query::wait_for(|done| {
             Ok(query::NewQuery {
