@@ -16,8 +16,9 @@
 #                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
 #   make ibfabric the InfiniBand scenarios on a simulated fabric (ibsim, OpenSM,
 #                 umad2sim; c-tests/ibfabric/; about 60 s; skipped without them)
-#   make ibscale  only the all-to-all of 16 CM processes on 16 HCAs, without and
-#                 with packet drops (part of ibfabric; about 30 s)
+#   make ibscale  only the all-to-alls, one CM process an HCA: 16 HCAs in a ring
+#                 of switches and 64 and 128 in fat trees, without and with
+#                 packet drops (16 and 64 with drops are part of ibfabric)
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build

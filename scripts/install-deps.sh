@@ -35,30 +35,35 @@ if ((${#need_apt[@]})); then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# ibsim for the all-to-all (make ibscale): Debian's ibsim 0.10 serves at most
-# 10 clients (IBSIM_MAX_CLIENTS, a compile-time constant), and one CM process
-# per HCA on 16 HCAs plus OpenSM needs 17. The same upstream release 0.10
-# (third_party/ibsim-0.10.tar.gz: `git archive` of linux-rdma/ibsim's tag
-# ibsim-0.10, commit c7e430dc; Debian's source tarball is not reachable from
-# here) is built under build/ with IBSIM_MAX_CLIENTS=32, the only change.
-# Debian's libumad2sim.so (the client side, which has no such limit) stays.
+# ibsim for the all-to-alls (make ibscale, ibfabric.fat64-drops): Debian's
+# ibsim 0.10 serves at most 10 clients (IBSIM_MAX_CLIENTS, a compile-time
+# constant), and one CM process per HCA on up to 128 HCAs plus OpenSM needs
+# 129. The same upstream release 0.10 (third_party/ibsim-0.10.tar.gz: `git
+# archive` of linux-rdma/ibsim's tag ibsim-0.10, commit c7e430dc; Debian's
+# source tarball is not reachable from here) is built under build/ with
+# IBSIM_MAX_CLIENTS=256, the only change (its clients are select()ed: 256
+# sockets stay far below FD_SETSIZE). build/ibsim/max-clients says which
+# build is there: another value is built again. Debian's libumad2sim.so (the
+# client side, which has no such limit) stays.
+IBSIM_MAX_CLIENTS=256
 build_ibsim() {
   local root tarball sha src out
   root=$(cd "$(dirname "$0")/.." && pwd)
   tarball=$root/third_party/ibsim-0.10.tar.gz
   sha=59f5ba98253ca7c2a7fa166deb3e75e3c2b92cb4698d9e595a6e137ba2167688
   out=$root/build/ibsim
-  [ -x "$out/ibsim" ] && return 0
-  echo "install-deps: building ibsim 0.10 with IBSIM_MAX_CLIENTS=32 in $out"
+  [ -x "$out/ibsim" ] && [ "$(cat "$out/max-clients" 2>/dev/null)" = $IBSIM_MAX_CLIENTS ] && return 0
+  echo "install-deps: building ibsim 0.10 with IBSIM_MAX_CLIENTS=$IBSIM_MAX_CLIENTS in $out"
   echo "$sha  $tarball" | sha256sum --quiet -c -
   rm -rf "$out" && mkdir -p "$out"
   tar -xzf "$tarball" -C "$out"
   src=$out/ibsim-0.10
-  sed -i 's/^#define IBSIM_MAX_CLIENTS 10$/#define IBSIM_MAX_CLIENTS 32/' "$src/include/ibsim.h"
-  grep -qx '#define IBSIM_MAX_CLIENTS 32' "$src/include/ibsim.h"
+  sed -i "s/^#define IBSIM_MAX_CLIENTS 10\$/#define IBSIM_MAX_CLIENTS $IBSIM_MAX_CLIENTS/" "$src/include/ibsim.h"
+  grep -qx "#define IBSIM_MAX_CLIENTS $IBSIM_MAX_CLIENTS" "$src/include/ibsim.h"
   cc -O2 -w -I"$src/include" -I"$src/ibsim" "$src"/ibsim/*.c -o "$out/ibsim.tmp" \
     -libmad -libumad -lpthread
   mv "$out/ibsim.tmp" "$out/ibsim"
+  echo $IBSIM_MAX_CLIENTS > "$out/max-clients"
 }
 build_ibsim
 

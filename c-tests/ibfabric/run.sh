@@ -7,10 +7,11 @@
 # not come up.
 #
 #   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
+#          |fatN|fatN-drops (N HCAs in a two-level fat tree, fat_tree.py)
 #          |switch-mesh|switch-killed|switch-spoof|switch-hijack|switch-hostile-soak
 #
-# scale and scale-drops (make ibscale) need the ibsim that
-# scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=32;
+# scale, scale-drops and fat* (make ibscale) need the ibsim that
+# scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=256;
 # IBCM_IBSIM32 names another); they skip (77) without it.
 #
 # The switch-* scenarios run $IBCMD (one ibcmd per HCA, with $IBCMD_HARNESS
@@ -37,24 +38,33 @@ export IBSIM_SOCKNAME
 # ibsim reads commands from stdin and spins at its end: give it a fifo that
 # this script holds open.
 mkfifo ibsim.in && exec 3<>ibsim.in
-topology=net.ibcm hcas="Hca1 Hca2 Hca3 Hca4"
+topology=$here/net.ibcm hcas="Hca1 Hca2 Hca3 Hca4"
 case $scenario in
-scale*)
-    # One CM process on each of the 16 HCAs, and OpenSM: 17 clients, more
+scale* | fat*)
+    # One CM process on each HCA, and OpenSM: 17 clients and more, more
     # than Debian's ibsim 0.10 serves (IBSIM_MAX_CLIENTS 10).
-    topology=net.scale hcas=$(seq -f 'Hca%g' 1 16)
+    topology=$here/net.scale hcas=$(seq -f 'Hca%g' 1 16)
     ibsim_bin=${IBCM_IBSIM32:-$here/../../build/ibsim/ibsim}
     [ -x "$ibsim_bin" ] || { echo "SKIP: no $ibsim_bin (scripts/install-deps.sh builds it)"; exit 77; }
     ;;
 esac
-"$ibsim_bin" -s "$here/$topology" >ibsim.log 2>&1 <ibsim.in &
+case $scenario in
+fat*)
+    # fatN, fatN-drops: a two-level fat tree of N HCAs (fat_tree.py).
+    size=${scenario#fat} size=${size%-drops}
+    command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 not installed"; exit 77; }
+    python3 "$here/fat_tree.py" "$size" >net.fat || exit 1
+    topology=$dir/net.fat hcas=$(seq -f 'Hca%g' 1 "$size")
+    ;;
+esac
+"$ibsim_bin" -s "$topology" >ibsim.log 2>&1 <ibsim.in &
 pids="$!"
 wait_for ibsim.log 10 "Network simulator ready" || { echo "SKIP: ibsim did not start"; cat ibsim.log; exit 77; }
 # scale-drops: no periodic sweeps (-s 0), since a sweep that loses SMPs to
 # the drops makes OpenSM take routes away ("no route to dest lid" in ibsim).
 # lap: LMC 1, two LIDs per port; the second is the LAP's alternate path.
 sweep=
-[ "$scenario" = scale-drops ] && sweep="-s 0"
+case $scenario in *-drops) sweep="-s 0" ;; esac
 [ "$scenario" = lap ] && sweep="-l 1"
 # Its own cache directory: two OpenSMs started at once on a fresh machine
 # race to create /var/cache/opensm, and the loser stops
@@ -119,6 +129,8 @@ mesh_ready() {
 # RATE % of the packets entering that port (sim_mad.c, pc_updated). Both
 # links Switch1-Switch2 (each way), one link Switch3-Switch4 (each way).
 drop_ports='"Switch1"[5] "Switch1"[6] "Switch2"[7] "Switch2"[8] "Switch3"[5] "Switch4"[7]'
+# In a fat tree: both ends of every link of Spine1.
+case $scenario in fat*) drop_ports=$(python3 "$here/fat_tree.py" --drop-ports "$size") ;; esac
 set_drops() {
     for p in $drop_ports; do echo "Error $p $1" >&3; done
 }
@@ -200,20 +212,23 @@ connect-a) two_sides server client a ;;
 connect-b) two_sides server client b ;;
 rej) two_sides idle rej x ;;
 sidr) two_sides sidr-server sidr-client x ;;
-scale | scale-drops)
-    # All-to-all: every pair of the 16 processes (120 pairs) connects
-    # ${IBCM_SCALE_ROUNDS:-2} times and disconnects. scale-drops: once every
-    # process has its paths from the SA, ibsim drops 10% of the packets
-    # entering each of the four ports of the two links between Switch1 and
-    # Switch2 (both ways), and as many on one link between Switch3 and Switch4.
-    rounds=${IBCM_SCALE_ROUNDS:-2} n=0 mesh= on_timeout=150 lossy=
-    [ "$scenario" = scale-drops ] && lossy=lossy
+scale | scale-drops | fat*)
+    # All-to-all: every pair of the processes (16 on net.scale: 120 pairs;
+    # N on a fat tree) connects ${IBCM_SCALE_ROUNDS:-2} times and
+    # disconnects. With drops: once every process has its paths from the SA,
+    # ibsim drops 10% of the packets entering each of the four ports of the
+    # two links between Switch1 and Switch2 (both ways), and as many on one
+    # link between Switch3 and Switch4; on a fat tree, entering both ends of
+    # every link of Spine1.
+    count=$(echo $hcas | wc -w)
+    rounds=${IBCM_SCALE_ROUNDS:-2} n=0 mesh= on_timeout=${IBCM_SCALE_TIMEOUT:-150} lossy=
+    case $scenario in *-drops) lossy=lossy ;; esac
     for hca in $hcas; do
-        on "$hca" "$peer" mesh "$dir" 16 $n "$rounds" $lossy >mesh.$n.out 2>&1 &
+        on "$hca" "$peer" mesh "$dir" "$count" $n "$rounds" $lossy >mesh.$n.out 2>&1 &
         mesh="$mesh $!"
         n=$((n + 1))
     done
-    if mesh_ready && [ "$scenario" = scale-drops ]; then
+    if mesh_ready && [ -n "$lossy" ]; then
         cp ibsim.log ibsim.log.before-drops
         set_drops 10
     fi
@@ -222,13 +237,13 @@ scale | scale-drops)
     failed=0
     for p in $mesh; do wait "$p" || failed=1; done
     took=$(echo "$(date +%s.%N) - $started" | bc)
-    [ "$scenario" = scale-drops ] && set_drops 0
+    [ -n "$lossy" ] && set_drops 0
     cat mesh.*.out
-    echo "all-to-all on $n processes: $((120 * rounds)) connections up and down in $took s;" \
+    echo "all-to-all on $n processes: $((n * (n - 1) / 2 * rounds)) connections up and down in $took s;" \
         "$(sed -n 's/.*; \([0-9]*\) MADs sent, \([0-9]*\) retries, \([0-9]*\) dup.*, \([0-9]*\) stateless.*/\1 \2 \3 \4/p' mesh.*.out |
             awk '{m += $1; r += $2; d += $3; s += $4}
                  END {printf "%d MADs sent, %d retries, %d duplicates received, %d stateless DREPs", m, r, d, s}')"
-    [ "$scenario" = scale-drops ] && dropped_report
+    [ -n "$lossy" ] && dropped_report
     [ $failed = 0 ]
     ;;
 lap)
