@@ -197,6 +197,27 @@ fn send_status(ev: &CmEvent) -> SendStatus {
 }
 
 impl Event {
+    /// The kernel's name of the event, without its `IB_CM_` prefix
+    /// (`DREQ_RECEIVED`), as the library's log lines show it.
+    pub fn kernel_name(&self) -> &'static str {
+        match self {
+            Event::RepReceived(_) => "REP_RECEIVED",
+            Event::RtuReceived { .. } => "RTU_RECEIVED",
+            Event::UserEstablished => "USER_ESTABLISHED",
+            Event::ReqError { .. } => "REQ_ERROR",
+            Event::RepError { .. } => "REP_ERROR",
+            Event::DreqError { .. } => "DREQ_ERROR",
+            Event::DreqReceived { .. } => "DREQ_RECEIVED",
+            Event::DrepReceived { .. } => "DREP_RECEIVED",
+            Event::TimewaitExit => "TIMEWAIT_EXIT",
+            Event::MraReceived { .. } => "MRA_RECEIVED",
+            Event::RejReceived { .. } => "REJ_RECEIVED",
+            Event::LapError { .. } => "LAP_ERROR",
+            Event::LapReceived { .. } => "LAP_RECEIVED",
+            Event::AprReceived { .. } => "APR_RECEIVED",
+        }
+    }
+
     /// The event of a connection `ev` stands for; `None` for the events
     /// that go elsewhere (requests to a listener, SIDR).
     pub(super) fn from_engine(ev: &CmEvent) -> Option<Event> {
