@@ -143,8 +143,8 @@ impl ReceivedReply {
         &self.rep
     }
 
-    /// Sends the RTU with `private_data` (up to 224 bytes, `EINVAL` for
-    /// more): established.
+    /// Sends the RTU with `private_data` (up to 224 bytes): established.
+    /// `EINVAL` for more data, and the REP is rejected as a dropped one.
     pub fn confirm(self, private_data: &[u8]) -> Result<Connection> {
         call("ReceivedReply::confirm", || {
             cm::send_rtu(&self.handle.id, private_data)
@@ -161,8 +161,9 @@ impl ReceivedReply {
     }
 
     /// Rejects the REP with `reason`, additional rejection information (up
-    /// to 72 bytes) and private data (up to 148).
-    pub fn reject(self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
+    /// to 72 bytes) and private data (up to 148); `EINVAL` for more, and
+    /// the REP is still there to answer.
+    pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
         call("ReceivedReply::reject", || {
             cm::send_rej(&self.handle.id, reason.0, ari, private_data)
         })

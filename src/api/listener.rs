@@ -15,6 +15,11 @@ use super::types::{RejectReason, State};
 use crate::abi::ib_event_type::IB_EVENT_COMM_EST;
 use crate::cm::{self, CM_ASSIGN_SERVICE_ID, id::CmIdPriv};
 
+/// How long [`IncomingRequest::reply`] waits for the event that says why a
+/// request it could not answer went IDLE: the engine changed the state
+/// before it queued the event, so it is milliseconds away at most.
+const GONE_EVENT_WAIT: Duration = Duration::from_secs(1);
+
 /// A listener (`ib_cm_listen`): connection requests to its service ID on its
 /// device wait here until [`accept`](Listener::accept) takes them.
 /// Dropping it stops listening, and rejects the requests nobody took
@@ -60,6 +65,11 @@ impl Listener {
     /// ([`Error::TimedOut`]).
     pub fn accept_timeout(&self, timeout: Duration) -> Result<IncomingRequest> {
         self.wait("Listener::accept_timeout", Some(timeout))
+    }
+
+    /// How many requests wait to be accepted.
+    pub fn pending(&self) -> usize {
+        self.requests.len()
     }
 
     /// The next connection request if one is waiting.
@@ -130,28 +140,61 @@ impl IncomingRequest {
 
     /// Sends the REP and waits for the RTU (or for the peer to disconnect
     /// at once). A REP nobody confirms fails with [`Error::NoAnswer`]; a
-    /// REJ with [`Error::Rejected`].
+    /// REJ with [`Error::Rejected`]. The request is consumed: if the REP is
+    /// refused (too much private data), it is rejected as a dropped one.
     pub fn accept(self, reply: Reply) -> Result<Connection> {
         self.reply(reply)?.wait_established()
     }
 
     /// Sends the REP; [`SentReply::wait_established`] waits for the RTU.
-    /// `EINVAL` for more than 196 bytes of private data, or once the peer
-    /// gave up (the request is then dropped, as it would be in the kernel).
+    /// `EINVAL` for more than 196 bytes of private data. When the peer gave
+    /// up first, what it sent: [`Error::Rejected`] (its REJ; `TIMEOUT` with
+    /// its node GUID when it dropped its request).
     pub fn reply(self, reply: Reply) -> Result<SentReply> {
-        call("IncomingRequest::reply", || {
-            cm::send_rep(&self.handle.id, &reply.to_engine())
-        })?;
+        let op = "IncomingRequest::reply";
+        if let Err(refused) = call(op, || cm::send_rep(&self.handle.id, &reply.to_engine())) {
+            return Err(self.why_gone(op).unwrap_or(refused));
+        }
         Ok(SentReply {
             handle: self.handle,
             req: self.req,
         })
     }
 
+    /// The event that ended a request the peer gave up (its state went
+    /// IDLE, and the event that says why is on its way to the queue).
+    fn why_gone(&self, op: &'static str) -> Option<Error> {
+        if self.handle.state() != State::Idle {
+            return None;
+        }
+        let deadline = Instant::now() + GONE_EVENT_WAIT;
+        match self.handle.events.pop(Some(deadline)) {
+            Popped::Item(Event::RejReceived {
+                reason,
+                ari,
+                private_data,
+            }) => Some(Error::Rejected {
+                op,
+                reason,
+                ari,
+                private_data,
+            }),
+            Popped::Item(Event::RepError { status } | Event::ReqError { status }) => {
+                Some(Error::NoAnswer { op, status })
+            }
+            Popped::Item(other) => Some(Error::Unexpected {
+                op,
+                event: Box::new(other),
+            }),
+            Popped::TimedOut | Popped::Finished => None,
+        }
+    }
+
     /// Rejects the request with `reason`, up to 72 bytes of additional
     /// rejection information and up to 148 of private data (`EINVAL` for
-    /// more).
-    pub fn reject(self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
+    /// more: the request is still there to answer). Once rejected, the
+    /// request is IDLE and dropping it sends nothing.
+    pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
         call("IncomingRequest::reject", || {
             cm::send_rej(&self.handle.id, reason.0, ari, private_data)
         })
