@@ -27,7 +27,8 @@ pub mod transport;
 pub mod wire;
 
 pub use api::{
-    ConnectRequest, ConnectRequestBuilder, Connection, Device, Error, Event, Gid, IncomingRequest,
-    Listener, OutgoingRequest, Path, QpType, ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo,
-    Result, SendStatus, SentReply, Side, State,
+    AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device, Error,
+    Event, Gid, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState, QpType,
+    ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply, Side,
+    State,
 };

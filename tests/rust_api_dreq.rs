@@ -155,3 +155,33 @@ fn crossed_disconnects_both_end_in_timewait() {
         }
     });
 }
+
+/// The peer's DREQ came before ours was sent (DREQ_RCVD): `disconnect`
+/// answers it as a crossed one instead of refusing with the C API's
+/// `EINVAL`, and the peer gets its DREP.
+#[test]
+fn disconnect_after_the_peers_dreq_came_answers_it() {
+    let pair = Pair::new();
+    let (mut a, mut b) = pair.connect(Timing::Default);
+    a.send_disconnect(&pattern(220, 0x31)).unwrap();
+    let t0 = std::time::Instant::now();
+    while b.state() != State::DreqRcvd {
+        assert!(t0.elapsed() < WAIT, "the DREQ never came");
+        thread::sleep(std::time::Duration::from_millis(1));
+    }
+    match b.disconnect(&pattern(220, 0x32)) {
+        Err(ib_cm::Error::DisconnectCrossed { private_data, .. }) => {
+            assert_eq!(private_data, pattern(220, 0x31));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.state(), State::Timewait);
+    assert_eq!(
+        next(&mut a),
+        Event::DrepReceived {
+            private_data: vec![0; 224]
+        }
+    );
+    assert_closes(&mut a);
+    assert_closes(&mut b);
+}

@@ -6,9 +6,14 @@ use std::time::{Duration, Instant};
 use super::error::{Error, Result, call};
 use super::event::{Event, RepInfo, ReqInfo};
 use super::handle::IdHandle;
+use super::qp::{QpAttributes, QpState, qp_attributes};
 use super::queue::{Popped, Queue};
 use super::types::{RejectReason, State};
 use crate::cm;
+
+/// How long `disconnect` waits for the peer's DREQ whose state change it
+/// saw.
+const PEER_DREQ_WAIT: Duration = Duration::from_secs(1);
 
 /// What a call that waits does with the next event of its id.
 pub(super) enum Step {
@@ -88,6 +93,12 @@ impl OutgoingRequest {
         self.handle.state()
     }
 
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("OutgoingRequest::qp_attributes", &self.handle.id, state)
+    }
+
     /// Waits for the peer's REP (MRAs only make the CM wait longer). A REJ
     /// fails with [`Error::Rejected`], a REQ nobody answered with
     /// [`Error::NoAnswer`].
@@ -141,6 +152,12 @@ impl ReceivedReply {
     /// The REP's fields and private data.
     pub fn rep(&self) -> &RepInfo {
         &self.rep
+    }
+
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("ReceivedReply::qp_attributes", &self.handle.id, state)
     }
 
     /// Sends the RTU with `private_data` (up to 224 bytes): established.
@@ -256,6 +273,12 @@ impl Connection {
         self.handle.state()
     }
 
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("Connection::qp_attributes", &self.handle.id, state)
+    }
+
     /// This side's local communication ID.
     pub fn local_comm_id(&self) -> u32 {
         u32::from_be(self.handle.id.public.local_id.load(Ordering::Relaxed))
@@ -298,11 +321,14 @@ impl Connection {
     /// A DREQ nobody answers ends in [`Error::NoAnswer`] after the
     /// retransmissions ([`set_disconnect_timeout`](Connection::set_disconnect_timeout)
     /// bounds them); a DREQ of the peer that crossed ours is answered and
-    /// ends in [`Error::DisconnectCrossed`]. Either way the connection is
-    /// in timewait, and [`Event::TimewaitExit`] follows.
+    /// ends in [`Error::DisconnectCrossed`], also when it came before this
+    /// call. Either way the connection is in timewait, and
+    /// [`Event::TimewaitExit`] follows.
     pub fn disconnect(&mut self, private_data: &[u8]) -> Result<Vec<u8>> {
         let op = "Connection::disconnect";
-        call(op, || cm::send_dreq(&self.handle.id, Some(private_data)))?;
+        if let Err(refused) = call(op, || cm::send_dreq(&self.handle.id, Some(private_data))) {
+            return Err(self.peer_disconnected_first(op).unwrap_or(refused));
+        }
         let mut drep = Vec::new();
         let id = &self.handle.id;
         take_until(&self.handle.events, op, None, |event| match event {
@@ -324,6 +350,32 @@ impl Connection {
             other => Step::Keep(other),
         })?;
         Ok(drep)
+    }
+
+    /// The DREQ that made a DREQ of ours come too late (DREQ_RCVD: the
+    /// peer's DREQ came first), answered as one that crossed ours; `None`
+    /// in any other case. The engine changed the state before it queued the
+    /// event: it is milliseconds away at most.
+    fn peer_disconnected_first(&self, op: &'static str) -> Option<Error> {
+        if self.handle.state() != State::DreqRcvd {
+            return None;
+        }
+        let mut crossed = None;
+        let _ = take_until(
+            &self.handle.events,
+            op,
+            Some(PEER_DREQ_WAIT),
+            |event| match event {
+                Event::DreqReceived { private_data } => {
+                    crossed = Some(private_data);
+                    Step::Done
+                }
+                other => Step::Keep(other),
+            },
+        );
+        let private_data = crossed?;
+        let _ = cm::send_drep(&self.handle.id, None);
+        Some(Error::DisconnectCrossed { op, private_data })
     }
 
     /// Sends a DREQ with `private_data` (up to 220 bytes) without waiting:

@@ -116,7 +116,8 @@ pub struct ReqInfo {
     pub remote_qpn: u32,
     /// The QP type this side needs.
     pub qp_type: QpType,
-    /// The peer's starting PSN: this side's receive PSN.
+    /// The REQ's starting PSN: as in the kernel, the PSN this side's QP
+    /// sends from (its RTS `sq_psn`).
     pub starting_psn: u32,
     /// Responder resources this side may offer.
     pub responder_resources: u8,
@@ -152,7 +153,8 @@ pub struct RepInfo {
     pub remote_qkey: u32,
     /// The peer's QP number.
     pub remote_qpn: u32,
-    /// The peer's starting PSN.
+    /// The REP's starting PSN: as in the kernel, the PSN this side's QP
+    /// sends from (its RTS `sq_psn`).
     pub starting_psn: u32,
     /// Responder resources this side may offer.
     pub responder_resources: u8,

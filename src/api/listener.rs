@@ -10,6 +10,7 @@ use super::error::{Error, Result, call};
 use super::event::{Event, ReqInfo};
 use super::handle::{IdHandle, Router};
 use super::params::Reply;
+use super::qp::{QpAttributes, QpState, qp_attributes};
 use super::queue::{Popped, Queue};
 use super::types::{RejectReason, State};
 use crate::abi::ib_event_type::IB_EVENT_COMM_EST;
@@ -138,6 +139,12 @@ impl IncomingRequest {
         self.handle.state()
     }
 
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("IncomingRequest::qp_attributes", &self.handle.id, state)
+    }
+
     /// Sends the REP and waits for the RTU (or for the peer to disconnect
     /// at once). A REP nobody confirms fails with [`Error::NoAnswer`]; a
     /// REJ with [`Error::Rejected`]. The request is consumed: if the REP is
@@ -232,6 +239,12 @@ impl SentReply {
     /// The REQ that was answered.
     pub fn req(&self) -> &ReqInfo {
         &self.req
+    }
+
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("SentReply::qp_attributes", &self.handle.id, state)
     }
 
     /// The id's state.

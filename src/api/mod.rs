@@ -22,6 +22,7 @@ mod event;
 mod handle;
 mod listener;
 mod params;
+mod qp;
 mod queue;
 mod types;
 
@@ -31,4 +32,5 @@ pub use error::{Error, Result};
 pub use event::{Event, RepInfo, ReqInfo};
 pub use listener::{IncomingRequest, Listener, SentReply};
 pub use params::{ConnectRequest, ConnectRequestBuilder, Reply};
+pub use qp::{AddressVector, AlternatePath, QpAttributes, QpState};
 pub use types::{Gid, Path, QpType, RejectReason, SendStatus, State};

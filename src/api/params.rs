@@ -73,7 +73,9 @@ impl ConnectRequestBuilder {
         self
     }
 
-    /// The QP's starting PSN (24 bits; random by default).
+    /// The REQ's starting PSN (24 bits; random by default). As in the
+    /// kernel, this side's QP receives from it (its RTR `rq_psn`) and the
+    /// peer's sends from it (the peer's RTS `sq_psn`).
     pub fn starting_psn(mut self, psn: u32) -> Self {
         self.request.params.starting_psn = psn;
         self
@@ -162,7 +164,9 @@ impl ConnectRequestBuilder {
 pub struct Reply {
     /// This side's QP number.
     pub qp_num: u32,
-    /// This side's starting PSN (24 bits).
+    /// The REP's starting PSN (24 bits). As in the kernel, this side's QP
+    /// receives from it (its RTR `rq_psn`) and the requester's sends from
+    /// it.
     pub starting_psn: u32,
     /// Up to 196 bytes.
     pub private_data: Vec<u8>,
