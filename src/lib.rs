@@ -5,7 +5,12 @@
 //! engine) → [`wire`] (CM MAD encoding), and [`cm`] → [`transport`] (where MADs
 //! go). [`abi`] holds the C types both the engine and the ABI use; `os` (the
 //! OS calls: signals, eventfd, sockets, privileges) sits below them all.
+//!
+//! Rust users have their own door to the same engine, beside the C ABI:
+//! [`Device`], [`Listener`], [`Connection`] and the rest of [`api`],
+//! re-exported here.
 pub mod abi;
+pub mod api;
 pub mod cm;
 pub mod errno;
 pub mod ffi;
@@ -20,3 +25,10 @@ mod test_rng;
 pub mod timer;
 pub mod transport;
 pub mod wire;
+
+pub use api::{
+    AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device, Error,
+    Event, Gid, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState, QpType,
+    ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply, Side,
+    State,
+};

@@ -134,11 +134,32 @@ impl fmt::Display for IdCensus {
 thread_local! {
     /// The rule that refused the current call of this thread, with its errno.
     static RECORDED: Cell<Option<(Errno, Rule)>> = const { Cell::new(None) };
+    /// Set while a call of the Rust API runs ([`for_call`]): its error names
+    /// the rule whether or not `info` lines are wanted.
+    static FOR_RUST_CALL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether rules are wanted: their lines are written (or captured).
+/// Whether rules are wanted: their lines are written (or captured), or a
+/// call of the Rust API returns them in its error.
 fn wanted() -> bool {
-    enabled(Level::Info)
+    FOR_RUST_CALL.with(Cell::get) || enabled(Level::Info)
+}
+
+/// Runs `f`, an engine call made by the Rust API (`crate::api`), with rules
+/// recorded whatever the log level; a refusal comes back with its rule.
+pub fn for_call<T>(f: impl FnOnce() -> Result<T, Errno>) -> Result<T, (Errno, Option<Rule>)> {
+    /// Puts the flag back as it was, also when `f` unwinds.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FOR_RUST_CALL.with(|w| w.set(self.0));
+        }
+    }
+    begin();
+    let restore = Restore(FOR_RUST_CALL.with(|w| w.replace(true)));
+    let result = f();
+    drop(restore);
+    result.map_err(|e| (e, take(e)))
 }
 
 /// `errno`, with `rule` recorded as the reason for the current call's log

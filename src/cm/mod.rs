@@ -47,7 +47,7 @@ pub use destroy::destroy_id;
 pub use drep::send_drep;
 pub use dreq::send_dreq;
 pub use establish::notify;
-pub use listen::{CM_ASSIGN_SERVICE_ID, insert_listen, listen};
+pub use listen::{CM_ASSIGN_SERVICE_ID, LISTEN_BACKLOG, insert_listen, listen};
 pub use mra::{prepare_mra, send_mra};
 pub use qp_attr::{QpAttr, init_qp_attr};
 pub use rej::send_rej;

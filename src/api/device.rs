@@ -1,0 +1,162 @@
+//! A device: the port(s) connections are made on.
+
+use std::sync::Arc;
+
+use super::connection::{Connection, OutgoingRequest};
+use super::error::{Result, call};
+use super::handle::IdHandle;
+use super::listener::Listener;
+use super::params::ConnectRequest;
+use super::types::{Gid, Path};
+use crate::cm;
+use crate::errno::EOPNOTSUPP;
+use crate::refusal::{Rule, refuse};
+
+/// An open device (`ibcm_open_device`): `loop0`, `loop1`, ... are devices of
+/// the in-process fabric, which connect to each other in one process; any
+/// other name is an RDMA device (`mlx5_0`, `rxe0`).
+///
+/// A `Device` is a handle: clones share the device, and listeners and
+/// connections keep it open; it closes when the last of them is gone.
+///
+/// ```
+/// use ib_cm::{ConnectRequest, Device, Event, Reply};
+///
+/// let a = Device::open("loop0")?;
+/// let b = Device::open("loop1")?;
+/// let listener = b.listen(0x1234)?;
+///
+/// // A asks, B answers with a REP, A confirms with an RTU: established.
+/// let path = a.path_to(1, b.gid(1, 0)?)?;
+/// let pending = a.request(ConnectRequest::builder(path, 0x1234, 0x11).build())?;
+/// let incoming = listener.accept()?;
+/// assert_eq!(incoming.req().remote_qpn, 0x11);
+/// let sent = incoming.reply(Reply::new(0x22))?;
+/// let mut a_conn = pending.wait_reply()?.confirm(b"ready")?;
+/// let mut b_conn = sent.wait_established()?;
+/// assert_eq!(&b_conn.rtu_private_data().unwrap()[..5], b"ready");
+///
+/// // B disconnects: A answers the DREQ, B gets the DREP.
+/// b_conn.send_disconnect(b"bye")?;
+/// match a_conn.next_event()? {
+///     Event::DreqReceived { private_data } => assert_eq!(&private_data[..3], b"bye"),
+///     other => panic!("{other:?}"),
+/// }
+/// a_conn.reply_disconnect(b"ok")?;
+/// match b_conn.next_event()? {
+///     Event::DrepReceived { private_data } => assert_eq!(&private_data[..2], b"ok"),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), ib_cm::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    pub(super) shared: Arc<DeviceShared>,
+}
+
+/// The engine's device, closed when its last user goes.
+pub(super) struct DeviceShared {
+    pub(super) engine: Arc<cm::device::Device>,
+}
+
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        // Every id of the API is destroyed by now (each holds this); ids the
+        // user never saw (a REQ still queued for a gone listener) are let
+        // go by close, which waits for the worker that long (2 s at most).
+        let _ = cm::close_device(&self.engine);
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Device").field(&self.name()).finish()
+    }
+}
+
+impl Device {
+    /// Opens device `name`. A device is open once per process:
+    /// `EBUSY` if it is open already (through this API or the C one),
+    /// `ENODEV` for a name that is no device.
+    pub fn open(name: &str) -> Result<Device> {
+        let engine = call("Device::open", || cm::open_device(name))?;
+        Ok(Device {
+            shared: Arc::new(DeviceShared { engine }),
+        })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.shared.engine.name
+    }
+
+    /// The node GUID (host order).
+    pub fn node_guid(&self) -> u64 {
+        self.shared.engine.node_guid
+    }
+
+    /// The GID at `index` of port `port_num` (`EINVAL` for an empty slot;
+    /// loop ports have only index 0).
+    pub fn gid(&self, port_num: u8, index: u8) -> Result<Gid> {
+        call("Device::gid", || {
+            let port = self.shared.engine.port(port_num)?;
+            port.gid(index).map(Gid).ok_or_else(|| {
+                let rule = "is an empty slot of the port's GID table";
+                crate::refusal::invalid(Rule::value("index", index, rule))
+            })
+        })
+    }
+
+    /// A path from port `port_num` to the port with GID `dgid`
+    /// (`ibcm_init_path`): on the in-process fabric and RoCE made locally,
+    /// on InfiniBand asked of the subnet manager (blocking).
+    pub fn path_to(&self, port_num: u8, dgid: Gid) -> Result<Path> {
+        call("Device::path_to", || {
+            self.shared.engine.init_path(port_num, &dgid.0).map(Path)
+        })
+    }
+
+    /// Listens for connection requests to `service_id` (host order) on this
+    /// device. `EBUSY` if another listener has it.
+    pub fn listen(&self, service_id: u64) -> Result<Listener> {
+        Listener::new(&self.shared, service_id)
+    }
+
+    /// Sends a REQ; the answer is awaited with
+    /// [`OutgoingRequest::wait_reply`]. For connecting in one call, see
+    /// [`Device::connect`].
+    pub fn request(&self, request: ConnectRequest) -> Result<OutgoingRequest> {
+        let handle = call("Device::request", || IdHandle::create(&self.shared))?;
+        call("Device::request", || {
+            cm::send_req(&handle.id, &request.params)
+        })?;
+        Ok(OutgoingRequest::new(handle, request.rtu_private_data))
+    }
+
+    /// Connects: sends the REQ, waits for the REP (the CM retransmits the
+    /// REQ as the request says) and answers it with the RTU. The REP is in
+    /// [`Connection::rep`].
+    ///
+    /// Between the REP and the RTU a QP is usually moved to RTR and RTS;
+    /// [`Device::request`] leaves room for that.
+    pub fn connect(&self, request: ConnectRequest) -> Result<Connection> {
+        self.request(request)?
+            .wait_reply()?
+            .confirm_with_request_data()
+    }
+
+    /// Fault injection on the in-process fabric (tests): the next `count`
+    /// MADs with attribute `attr_id` (0x0015 DREQ, 0x0016 DREP, ...) this
+    /// device sends are lost; 0 cancels. `EOPNOTSUPP` on other devices.
+    #[doc(hidden)]
+    pub fn drop_next_sent(&self, attr_id: u16, count: u32) -> Result<()> {
+        call("Device::drop_next_sent", || {
+            let engine = &self.shared.engine;
+            engine.as_loop().ok_or_else(|| {
+                let rule = Rule::Text("not a device of the in-process fabric (loopN)");
+                refuse(EOPNOTSUPP, rule)
+            })?;
+            engine.drop_next(attr_id, count)
+        })
+    }
+}

@@ -1,0 +1,170 @@
+//! An id the API owns, and how the engine's events reach its queue.
+//!
+//! Every handler here only converts and queues: it never waits on user code,
+//! so the engine's worker (or, in event-fd mode, the thread that runs the
+//! device's events) is never held up by a caller that is slow to look.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::device::DeviceShared;
+use super::event::{Event, ReqInfo};
+use super::listener::IncomingRequest;
+use super::queue::Queue;
+use crate::abi::ib_cm_event_type::IB_CM_TIMEWAIT_EXIT;
+use crate::cm;
+use crate::cm::LISTEN_BACKLOG;
+use crate::cm::event::{CmEvent, EventParam};
+use crate::cm::id::{CmIdPriv, Handler};
+use crate::errno::CmResult;
+
+/// A cm_id owned by a value of the API, with its event queue. Dropping it
+/// destroys the id as `ib_destroy_cm_id` does in its state (REJ from the
+/// setup states, DREQ from ESTABLISHED, DREP from DREQ_RCVD). That waits
+/// only for a handler of the id that is running, and those only queue.
+pub(super) struct IdHandle {
+    pub(super) id: Arc<CmIdPriv>,
+    pub(super) events: Arc<Queue<Event>>,
+    /// Where a listener's router finds this id's queue, for a passive id.
+    _route: Option<ChildRoute>,
+    /// Keeps the device open while the id lives (dropped after it).
+    _device: Arc<DeviceShared>,
+}
+
+impl Drop for IdHandle {
+    fn drop(&mut self) {
+        cm::destroy_id(&self.id, 0);
+        // `_route` goes next: no handler of the id runs any more.
+    }
+}
+
+impl IdHandle {
+    /// A new id of `device` whose events go to their own queue.
+    pub(super) fn create(device: &Arc<DeviceShared>) -> CmResult<Self> {
+        let events: Arc<Queue<Event>> = Arc::default();
+        let sink = Arc::downgrade(&events);
+        let handler: Handler = Arc::new(move |_, ev| {
+            if let Some(queue) = sink.upgrade() {
+                push_event(&queue, ev);
+            }
+            0
+        });
+        let id = cm::create_id(&device.engine, handler)?;
+        Ok(Self {
+            id,
+            events,
+            _route: None,
+            _device: device.clone(),
+        })
+    }
+
+    /// The id's state.
+    pub(super) fn state(&self) -> super::State {
+        self.id.state().into()
+    }
+}
+
+/// Queues the connection event `ev` stands for; a connection's last event
+/// ends its queue.
+fn push_event(queue: &Queue<Event>, ev: &CmEvent) {
+    if let Some(event) = Event::from_engine(ev) {
+        queue.push(event, ev.event == IB_CM_TIMEWAIT_EXIT);
+    }
+}
+
+/// A listener's handler: the REQs for it, and the events of the ids they
+/// made (a new id has its listener's handler, as in the kernel).
+pub(super) struct Router {
+    requests: Weak<Queue<IncomingRequest>>,
+    device: Weak<DeviceShared>,
+    /// Each passive id's queue, by the id's address; an entry goes with
+    /// the id's `IdHandle`.
+    children: Mutex<HashMap<usize, Weak<Queue<Event>>>>,
+}
+
+/// A passive id's entry in its listener's router.
+struct ChildRoute {
+    router: Arc<Router>,
+    addr: usize,
+}
+
+impl Drop for ChildRoute {
+    fn drop(&mut self) {
+        self.router.children.lock().remove(&self.addr);
+    }
+}
+
+impl Router {
+    /// The handler of a listener whose requests go to `requests`.
+    pub(super) fn handler(
+        requests: &Arc<Queue<IncomingRequest>>,
+        device: &Arc<DeviceShared>,
+    ) -> Handler {
+        let router = Arc::new(Router {
+            requests: Arc::downgrade(requests),
+            device: Arc::downgrade(device),
+            children: Mutex::default(),
+        });
+        Arc::new(move |id, ev| router.deliver(id, ev))
+    }
+
+    fn deliver(self: &Arc<Self>, id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
+        match &ev.param {
+            EventParam::ReqRcvd(r) => self.new_request(id, ev, r),
+            // Not served here: SIDR_REP REJECT, as for a C handler that
+            // refuses it.
+            EventParam::SidrReqRcvd(_) => -libc::ECONNREFUSED,
+            _ => {
+                let queue = self.children.lock().get(&id.addr()).and_then(Weak::upgrade);
+                if let Some(queue) = queue {
+                    push_event(&queue, ev);
+                }
+                0
+            }
+        }
+    }
+
+    /// A REQ made `id`: it waits in the listener's queue as an
+    /// [`IncomingRequest`]. Beyond [`LISTEN_BACKLOG`] unanswered ones the
+    /// REQ is forgotten and counted as the engine's own overflow is (the
+    /// peer's retransmission gets another chance); with the listener gone,
+    /// it is rejected.
+    fn new_request(
+        self: &Arc<Self>,
+        id: &Arc<CmIdPriv>,
+        ev: &CmEvent,
+        r: &crate::cm::event::ReqRcvd,
+    ) -> i32 {
+        let (Some(requests), Some(device)) = (self.requests.upgrade(), self.device.upgrade())
+        else {
+            return -libc::ECONNREFUSED;
+        };
+        if requests.len() >= LISTEN_BACKLOG {
+            if let Ok(counters) = id.device.counters(r.port) {
+                counters.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
+            }
+            return -libc::ENOMEM;
+        }
+        let events: Arc<Queue<Event>> = Arc::default();
+        self.children
+            .lock()
+            .insert(id.addr(), Arc::downgrade(&events));
+        let service_id = u64::from_be(id.public.service_id.load(Ordering::Relaxed));
+        let pd = ev.private_data().map(<[u8]>::to_vec).unwrap_or_default();
+        let handle = IdHandle {
+            id: id.clone(),
+            events,
+            _route: Some(ChildRoute {
+                router: self.clone(),
+                addr: id.addr(),
+            }),
+            _device: device,
+        };
+        let req = ReqInfo::new(service_id, r, pd);
+        requests.push(IncomingRequest::new(handle, req), false);
+        0
+    }
+}

@@ -1,0 +1,310 @@
+//! The passive side: a listener, the requests it receives, the answers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::connection::{Connection, Side, Step, take_until};
+use super::device::DeviceShared;
+use super::error::{Error, Result, call};
+use super::event::{Event, ReqInfo};
+use super::handle::{IdHandle, Router};
+use super::params::Reply;
+use super::qp::{QpAttributes, QpState, qp_attributes};
+use super::queue::{Popped, Queue};
+use super::types::{RejectReason, State};
+use crate::abi::ib_event_type::IB_EVENT_COMM_EST;
+use crate::cm::{self, CM_ASSIGN_SERVICE_ID, id::CmIdPriv};
+
+/// How long [`IncomingRequest::reply`] waits for the event that says why a
+/// request it could not answer went IDLE: the engine changed the state
+/// before it queued the event, so it is milliseconds away at most.
+const GONE_EVENT_WAIT: Duration = Duration::from_secs(1);
+
+/// A listener (`ib_cm_listen`): connection requests to its service ID on its
+/// device wait here until [`accept`](Listener::accept) takes them.
+/// Dropping it stops listening, and rejects the requests nobody took
+/// (`IB_CM_REJ_CONSUMER_DEFINED`).
+pub struct Listener {
+    id: Arc<CmIdPriv>,
+    requests: Arc<Queue<IncomingRequest>>,
+    _device: Arc<DeviceShared>,
+}
+
+impl Listener {
+    pub(super) fn new(device: &Arc<DeviceShared>, service_id: u64) -> Result<Listener> {
+        let requests: Arc<Queue<IncomingRequest>> = Arc::default();
+        let handler = Router::handler(&requests, device);
+        let id = call("Device::listen", || cm::create_id(&device.engine, handler))?;
+        if let Err(e) = call("Device::listen", || cm::listen(&id, service_id)) {
+            cm::destroy_id(&id, 0);
+            return Err(e);
+        }
+        Ok(Listener {
+            id,
+            requests,
+            _device: device.clone(),
+        })
+    }
+
+    /// The service ID listened to (host order); with
+    /// [`Listener::ASSIGN_SERVICE_ID`], the one the CM assigned.
+    pub fn service_id(&self) -> u64 {
+        u64::from_be(self.id.public.service_id.load(Ordering::Relaxed))
+    }
+
+    /// Pass it to [`Device::listen`](super::Device::listen) to have the CM
+    /// pick a free service ID (`IB_CM_ASSIGN_SERVICE_ID`).
+    pub const ASSIGN_SERVICE_ID: u64 = CM_ASSIGN_SERVICE_ID;
+
+    /// The next connection request, waiting as long as it takes.
+    pub fn accept(&self) -> Result<IncomingRequest> {
+        self.wait("Listener::accept", None)
+    }
+
+    /// The next connection request, waiting `timeout` at most
+    /// ([`Error::TimedOut`]).
+    pub fn accept_timeout(&self, timeout: Duration) -> Result<IncomingRequest> {
+        self.wait("Listener::accept_timeout", Some(timeout))
+    }
+
+    /// How many requests wait to be accepted.
+    pub fn pending(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// The next connection request if one is waiting.
+    pub fn try_accept(&self) -> Option<IncomingRequest> {
+        self.requests.try_pop()
+    }
+
+    fn wait(&self, op: &'static str, timeout: Option<Duration>) -> Result<IncomingRequest> {
+        match self.requests.pop(timeout.map(|t| Instant::now() + t)) {
+            Popped::Item(request) => Ok(request),
+            // A listener's queue never finishes.
+            Popped::TimedOut | Popped::Finished => Err(Error::TimedOut {
+                op,
+                after: timeout.unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Waits for a REQ handler of this listener that runs (it only
+        // queues); the requests left are rejected when the queue goes.
+        cm::destroy_id(&self.id, 0);
+    }
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("service_id", &format_args!("{:#x}", self.service_id()))
+            .field("waiting", &self.requests.len())
+            .finish()
+    }
+}
+
+/// A received REQ (state REQ_RCVD), to be answered:
+/// [`accept`](IncomingRequest::accept) it (REP, then the RTU),
+/// [`reject`](IncomingRequest::reject) it (REJ), or drop it (REJ
+/// `CONSUMER_DEFINED`, as `ib_destroy_cm_id` does).
+pub struct IncomingRequest {
+    handle: IdHandle,
+    req: Box<ReqInfo>,
+}
+
+impl IncomingRequest {
+    pub(super) fn new(handle: IdHandle, req: ReqInfo) -> Self {
+        Self {
+            handle,
+            req: Box::new(req),
+        }
+    }
+
+    /// The REQ's fields.
+    pub fn req(&self) -> &ReqInfo {
+        &self.req
+    }
+
+    /// The REQ's private data (92 bytes).
+    pub fn private_data(&self) -> &[u8] {
+        &self.req.private_data
+    }
+
+    /// The id's state (REQ_RCVD, or IDLE once the peer gave up).
+    pub fn state(&self) -> State {
+        self.handle.state()
+    }
+
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("IncomingRequest::qp_attributes", &self.handle.id, state)
+    }
+
+    /// Sends the REP and waits for the RTU (or for the peer to disconnect
+    /// at once). A REP nobody confirms fails with [`Error::NoAnswer`]; a
+    /// REJ with [`Error::Rejected`]. The request is consumed: if the REP is
+    /// refused (too much private data), it is rejected as a dropped one.
+    pub fn accept(self, reply: Reply) -> Result<Connection> {
+        self.reply(reply)?.wait_established()
+    }
+
+    /// Sends the REP; [`SentReply::wait_established`] waits for the RTU.
+    /// `EINVAL` for more than 196 bytes of private data. When the peer gave
+    /// up first, what it sent: [`Error::Rejected`] (its REJ; `TIMEOUT` with
+    /// its node GUID when it dropped its request).
+    pub fn reply(self, reply: Reply) -> Result<SentReply> {
+        let op = "IncomingRequest::reply";
+        if let Err(refused) = call(op, || cm::send_rep(&self.handle.id, &reply.to_engine())) {
+            return Err(self.why_gone(op).unwrap_or(refused));
+        }
+        Ok(SentReply {
+            handle: self.handle,
+            req: self.req,
+        })
+    }
+
+    /// The event that ended a request the peer gave up (its state went
+    /// IDLE, and the event that says why is on its way to the queue).
+    fn why_gone(&self, op: &'static str) -> Option<Error> {
+        if self.handle.state() != State::Idle {
+            return None;
+        }
+        let deadline = Instant::now() + GONE_EVENT_WAIT;
+        match self.handle.events.pop(Some(deadline)) {
+            Popped::Item(Event::RejReceived {
+                reason,
+                ari,
+                private_data,
+            }) => Some(Error::Rejected {
+                op,
+                reason,
+                ari,
+                private_data,
+            }),
+            Popped::Item(Event::RepError { status } | Event::ReqError { status }) => {
+                Some(Error::NoAnswer { op, status })
+            }
+            Popped::Item(other) => Some(Error::Unexpected {
+                op,
+                event: Box::new(other),
+            }),
+            Popped::TimedOut | Popped::Finished => None,
+        }
+    }
+
+    /// Rejects the request with `reason`, up to 72 bytes of additional
+    /// rejection information and up to 148 of private data (`EINVAL` for
+    /// more: the request is still there to answer). Once rejected, the
+    /// request is IDLE and dropping it sends nothing.
+    pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
+        call("IncomingRequest::reject", || {
+            cm::send_rej(&self.handle.id, reason.0, ari, private_data)
+        })
+    }
+
+    /// Asks the peer for more time: an MRA with `service_timeout` (an IBA
+    /// time exponent, at most 31) and up to 222 bytes of private data, sent
+    /// now; a duplicate of the REQ gets it again. `EINVAL` for more data.
+    pub fn send_mra(&self, service_timeout: u8, private_data: &[u8]) -> Result<()> {
+        // Without the C API's delay flag (bit 7): this one sends now.
+        let service_timeout = service_timeout.min(31);
+        call("IncomingRequest::send_mra", || {
+            cm::send_mra(&self.handle.id, service_timeout, Some(private_data))
+        })
+    }
+}
+
+impl std::fmt::Debug for IncomingRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncomingRequest")
+            .field("id", &self.handle.id)
+            .field("req", &self.req)
+            .finish()
+    }
+}
+
+/// A REP sent (state REP_SENT), waiting for the peer's RTU. Dropping it
+/// rejects the connection (`CONSUMER_DEFINED`).
+pub struct SentReply {
+    handle: IdHandle,
+    req: Box<ReqInfo>,
+}
+
+impl SentReply {
+    /// The REQ that was answered.
+    pub fn req(&self) -> &ReqInfo {
+        &self.req
+    }
+
+    /// The attributes that move the QP to `state` for this connection
+    /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
+        qp_attributes("SentReply::qp_attributes", &self.handle.id, state)
+    }
+
+    /// The id's state.
+    pub fn state(&self) -> State {
+        self.handle.state()
+    }
+
+    /// Waits for the RTU: the connection. Also done when the QP saw traffic
+    /// first ([`notify_established`](SentReply::notify_established)), or
+    /// when the peer's DREQ comes before its RTU (the DREQ is the
+    /// connection's first event then).
+    pub fn wait_established(self) -> Result<Connection> {
+        let op = "SentReply::wait_established";
+        let mut rtu_private_data = None;
+        take_until(&self.handle.events, op, None, |event| match event {
+            Event::RtuReceived { private_data } => {
+                rtu_private_data = Some(private_data);
+                Step::Done
+            }
+            Event::UserEstablished => Step::Done,
+            // The RTU was lost, and the peer disconnects already.
+            dreq @ Event::DreqReceived { .. } => Step::DoneKeeping(dreq),
+            // The peer needs longer: the CM waits longer.
+            Event::MraReceived { .. } => Step::Next,
+            Event::RejReceived {
+                reason,
+                ari,
+                private_data,
+            } => Step::Fail(Error::Rejected {
+                op,
+                reason,
+                ari,
+                private_data,
+            }),
+            Event::RepError { status } => Step::Fail(Error::NoAnswer { op, status }),
+            other => Step::Fail(Error::Unexpected {
+                op,
+                event: Box::new(other),
+            }),
+        })?;
+        let mut conn = Connection::new(self.handle, Side::Passive);
+        conn.req = Some(self.req);
+        conn.rtu_private_data = rtu_private_data;
+        Ok(conn)
+    }
+
+    /// Tells the CM the QP received traffic before the RTU
+    /// (`ib_cm_notify(IB_EVENT_COMM_EST)`): established now, and
+    /// [`Event::UserEstablished`] follows. `EISCONN` if established already.
+    pub fn notify_established(&self) -> Result<()> {
+        call("SentReply::notify_established", || {
+            cm::notify(&self.handle.id, IB_EVENT_COMM_EST as i32)
+        })
+    }
+}
+
+impl std::fmt::Debug for SentReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentReply")
+            .field("id", &self.handle.id)
+            .finish()
+    }
+}

@@ -1,0 +1,36 @@
+//! The Rust API: the same engine as the C ABI, with ownership for the
+//! lifecycle, typed events and one error type.
+//!
+//! A [`Device`] opens a port's CM; a [`Listener`] takes connection
+//! requests ([`IncomingRequest`]) that are accepted with a [`Reply`] or
+//! rejected; [`Device::connect`] sends a [`ConnectRequest`]. Either way a
+//! [`Connection`] results, whose [`Event`]s come in order and which
+//! disconnects with a DREQ ([`Connection::disconnect`]) or answers the
+//! peer's ([`Connection::reply_disconnect`]).
+//!
+//! Every value that owns a CM id destroys it when dropped, doing what
+//! `ib_destroy_cm_id` does in its state (REJ during setup, DREQ when
+//! established, DREP after a DREQ), without waiting for the peer. The CM's
+//! handlers only queue events for their owner: a call that waits, waits on
+//! that queue, from any thread.
+#![deny(missing_docs)]
+
+mod connection;
+mod device;
+mod error;
+mod event;
+mod handle;
+mod listener;
+mod params;
+mod qp;
+mod queue;
+mod types;
+
+pub use connection::{Connection, OutgoingRequest, ReceivedReply, Side};
+pub use device::Device;
+pub use error::{Error, Result};
+pub use event::{Event, RepInfo, ReqInfo};
+pub use listener::{IncomingRequest, Listener, SentReply};
+pub use params::{ConnectRequest, ConnectRequestBuilder, Reply};
+pub use qp::{AddressVector, AlternatePath, QpAttributes, QpState};
+pub use types::{Gid, Path, QpType, RejectReason, SendStatus, State};
