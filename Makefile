@@ -239,6 +239,8 @@ rust-check:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) test --locked -- --test-threads=1
 	$(CARGO) test --locked --lib -- --ignored cm::tests::lifecycle
+	@# The Rust API's example (issue 32): connect, DREQ 220 bytes, DREP 224.
+	$(CARGO) run --locked --quiet --example connect | tail -n 1
 
 # The main job: builds the library and the one tool it runs, quietly (the
 # build's output goes to build/run-build.log, shown only when it fails), and

@@ -13,6 +13,30 @@
 //! established, DREP after a DREQ), without waiting for the peer. The CM's
 //! handlers only queue events for their owner: a call that waits, waits on
 //! that queue, from any thread.
+//!
+//! Connect and disconnect, one process on the in-process fabric (README.md,
+//! "Using it from Rust", shows these lines):
+//!
+//! ```
+//! use ib_cm::{ConnectRequest, Device, Event, Reply};
+//!
+//! # fn main() -> ib_cm::Result<()> {
+//! let (a, b) = (Device::open("loop0")?, Device::open("loop1")?);
+//! let listener = b.listen(0x1234)?;
+//! let server = std::thread::spawn(move || -> ib_cm::Result<Vec<u8>> {
+//!     let mut conn = listener.accept()?.accept(Reply::new(0x22))?; // REQ in, REP out, RTU in
+//!     let Event::DreqReceived { private_data } = conn.next_event()? else { panic!() };
+//!     conn.reply_disconnect(b"bye to you too")?; // DREP
+//!     Ok(private_data)
+//! });
+//! let path = a.path_to(1, b.gid(1, 0)?)?;
+//! let mut conn = a.connect(ConnectRequest::builder(path, 0x1234, 0x11).build())?;
+//! let drep = conn.disconnect(b"bye")?; // DREQ out, DREP in: its 224 bytes
+//! assert!(drep.starts_with(b"bye to you too"));
+//! assert!(server.join().unwrap()?.starts_with(b"bye"));
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
 
 mod connection;
