@@ -27,7 +27,7 @@ use crate::os::seqpacket::PeerCred;
 use crate::transport::{IdSlice, MadAddr};
 use crate::wire::mra::CM_MRA_MESSAGE_MRAED;
 use crate::wire::rej::{CM_REJ_ARI, CM_REJ_MESSAGE_REJECTED, CM_REJ_REASON};
-use crate::wire::rep::{CM_REP_LOCAL_CA_GUID, CM_REP_LOCAL_QPN};
+use crate::wire::rep::{CM_REP_LOCAL_CA_GUID, CM_REP_LOCAL_EE_CONTEXT_NUMBER, CM_REP_LOCAL_QPN};
 use crate::wire::req::{CM_REQ_LOCAL_CA_GUID, CM_REQ_LOCAL_QPN};
 use crate::wire::sidr_rep::{CM_SIDR_REP_QPN, CM_SIDR_REP_STATUS};
 use crate::wire::{Mad, attr};
@@ -374,17 +374,30 @@ pub(super) fn check_send(
 /// `IB_SIDR_SUCCESS`: the only SIDR_REP status whose QPN means something.
 const SIDR_SUCCESS: u32 = 0;
 
-/// The QPN a CM MAD names as its sender's own: a REQ's or REP's LocalQPN, a
-/// successful SIDR_REP's QPN (the requester sends datagrams to it).
-pub(super) fn named_qpn(mad: &Mad) -> Option<u32> {
-    match attr_id(mad) {
-        attr::REQ => Some(CM_REQ_LOCAL_QPN.get(mad)),
-        attr::REP => Some(CM_REP_LOCAL_QPN.get(mad)),
-        attr::SIDR_REP if CM_SIDR_REP_STATUS.get(mad) == SIDR_SUCCESS => {
-            Some(CM_SIDR_REP_QPN.get(mad))
+/// The QPNs a CM MAD names as its sender's own: a REQ's LocalQPN, a
+/// successful SIDR_REP's QPN (the requester sends datagrams to it), and a
+/// REP's LocalQPN and LocalEECN: the peer keys its connection by the
+/// LocalEECN when it is an XRC initiator, by the LocalQPN otherwise
+/// (`cm_rep_get_qpn`), and the daemon does not know which it is. An XRC
+/// target's REP leaves its LocalQPN 0 (`cm_format_rep`); a REP with both 0
+/// names QPN 0, nobody's.
+pub(super) fn named_qpns(mad: &Mad) -> impl Iterator<Item = u32> {
+    let named = match attr_id(mad) {
+        attr::REQ => [Some(CM_REQ_LOCAL_QPN.get(mad)), None],
+        attr::REP => {
+            let qpn = CM_REP_LOCAL_QPN.get(mad);
+            let eecn = CM_REP_LOCAL_EE_CONTEXT_NUMBER.get(mad);
+            [
+                (qpn != 0 || eecn == 0).then_some(qpn),
+                (eecn != 0).then_some(eecn),
+            ]
         }
-        _ => None,
-    }
+        attr::SIDR_REP if CM_SIDR_REP_STATUS.get(mad) == SIDR_SUCCESS => {
+            [Some(CM_SIDR_REP_QPN.get(mad)), None]
+        }
+        _ => [None, None],
+    };
+    named.into_iter().flatten()
 }
 
 /// Whether process `cred` may name QP `qpn`, owned by `owner`: a QP of its
