@@ -533,7 +533,7 @@ impl Switch {
     }
 
     /// [`Switch::add_device`], with who owns the device's QPs: a tenant's
-    /// REQ, REP or SIDR_REP must then name a QP of its own process or user
+    /// REQ, REP or SIDR_REP must then name a QP of a process of its user
     /// (`rules::check_qp`).
     pub fn add_device_with_qp_owners(
         self: &Arc<Self>,

@@ -898,20 +898,6 @@ fn check_qp_a_tenant_may_name_a_qp_of_another_process_of_its_user() {
 }
 
 #[test]
-fn check_qp_a_tenant_may_name_a_qp_its_own_process_made_as_another_user() {
-    // A process that changed its uid after creating the QP (a setuid
-    // service): the QP is still its own.
-    let this_process = QpOwner::Process {
-        pid: std::process::id(),
-        uid: 0,
-    };
-    let (daemon, mut tenant, slice) = qp_daemon(3841, 4747, &[(0x101, this_process)]);
-    tenant.send_mad(&req_naming(&daemon, slice, 0x101), &daemon.own_addr());
-    tenant.sync();
-    assert_eq!(sent_and_spoofed(&daemon), (1, 0));
-}
-
-#[test]
 fn check_qp_a_kernel_qp_or_one_nobody_owns_is_not_a_tenants() {
     // QP1 (the MAD layer's), and a QPN no QP has: a tenant naming a QP that
     // does not exist yet would squat on the next tenant's.

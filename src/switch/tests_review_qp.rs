@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::SwitchCounter;
 use super::qp_owner::QpOwner;
 use super::tests_review_a::{
-    StaleSetup, addr_of, attr_of, be32, qp_daemon, sent_and_spoofed, victims_qp,
+    StaleSetup, addr_of, attr_of, be32, qp_daemon, req_naming, sent_and_spoofed, victims_qp,
 };
 use crate::abi::ib_qp_type;
 use crate::cm::tests::PASSIVE_QPN;
@@ -145,4 +145,30 @@ fn review_qp_1_an_xrc_targets_rep_names_its_qp_in_local_eecn() {
         );
     }
     peer_port.close();
+}
+
+/// Review QP-2 (medium): the tenant's PID is the one `SO_PEERCRED` gave
+/// when it connected; that process may have exited since (its socket lives
+/// on in a child it forked), and PIDs are handed out again in order, so a
+/// tenant can steer its old PID to a process another user starts next. The
+/// rule took a QP of "the tenant's process" by PID alone: the QP of that
+/// other user's process passed, whatever its user. A QP whose process has
+/// the tenant's PID but not its user is exactly what such a reuse looks
+/// like: refused.
+#[test]
+fn review_qp_2_a_qp_of_a_process_that_now_has_the_tenants_old_pid_is_not_its() {
+    let pid_reused_by_another_user = QpOwner::Process {
+        pid: std::process::id(),
+        uid: 5858,
+    };
+    // The tenant (uid 4747) connected from this PID (`tests::user`).
+    let (daemon, mut tenant, slice) = qp_daemon(3910, 4747, &[(0x500, pid_reused_by_another_user)]);
+    tenant.send_mad(&req_naming(&daemon, slice, 0x500), &daemon.own_addr());
+    tenant.sync();
+    assert_eq!(
+        sent_and_spoofed(&daemon),
+        (0, 1),
+        "a REQ of tenant uid 4747 naming a QP of a uid-5858 process that has the PID the \
+         tenant connected from"
+    );
 }
