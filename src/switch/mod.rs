@@ -84,4 +84,6 @@ mod tests_review_a;
 #[cfg(test)]
 mod tests_review_b;
 #[cfg(test)]
+mod tests_review_qp;
+#[cfg(test)]
 mod tests_server;

@@ -7,7 +7,7 @@
 //! so a tenant naming another's QPN would make the peer tear down that
 //! tenant's connection. The daemon asks the kernel who owns the QP
 //! ([`KernelQps`], RDMA netlink resource tracking) and sends the MAD only
-//! when its tenant's process or user does (`rules::check_qp`).
+//! when a process of its tenant's user does (`rules::check_qp`).
 
 use std::collections::HashMap;
 use std::io;

@@ -23,7 +23,7 @@ use super::proto::{DeviceInfo, ToClient};
 use super::qp_owner::QpOwners;
 use super::rules::{
     LOCAL_COMM_ID, Peer, REMOTE_COMM_ID, Refusal, RoutedRequests, Sender, attr_id, be32, check_qp,
-    check_send, named_qpn,
+    check_send, named_qpns,
 };
 use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
 use crate::ibcm_log;
@@ -533,7 +533,7 @@ impl Switch {
     }
 
     /// [`Switch::add_device`], with who owns the device's QPs: a tenant's
-    /// REQ, REP or SIDR_REP must then name a QP of its own process or user
+    /// REQ, REP or SIDR_REP must then name a QP of a process of its user
     /// (`rules::check_qp`).
     pub fn add_device_with_qp_owners(
         self: &Arc<Self>,
@@ -1096,8 +1096,8 @@ impl Switch {
     /// carry.
     pub fn outbound(&self, client: ClientId, port: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
         let mut mad = *mad;
-        // Whose QP it names, asked of the kernel before the state lock.
-        let named_qp = named_qpn(&mad).and_then(|qpn| self.qp_owner(client, port, qpn));
+        // Whose QPs it names, asked of the kernel before the state lock.
+        let qp_refusal = named_qpns(&mad).find_map(|qpn| self.qp_refusal(client, port, qpn));
         let (transport, verdict) = {
             let mut st = self.state.lock();
             let st = &mut *st;
@@ -1117,7 +1117,7 @@ impl Switch {
                 // service record removed) would give every process the SA
                 // access of the port, which needs umad access without ibcmd.
                 MGMT_CLASS_SA if is_path_query(&mad) => Ok(()),
-                MGMT_CLASS_CM if let Some(Err(why)) = named_qp => Err((why, device, cred, slice)),
+                MGMT_CLASS_CM if let Some(why) = qp_refusal => Err((why, device, cred, slice)),
                 MGMT_CLASS_CM => {
                     let held = c.reqs.len() + c.sidr_reqs.len();
                     let sender = Sender {
@@ -1205,11 +1205,11 @@ impl Switch {
         }
     }
 
-    /// The verdict on QP `qpn` that `client` names in a MAD leaving `port`:
-    /// None when it is not checked (root, which may open umad and send
-    /// anything anyway; a device whose QPs nobody can tell); asked of the
-    /// device's [`QpOwners`] out of the state lock.
-    fn qp_owner(&self, client: ClientId, port: u8, qpn: u32) -> Option<Result<(), Refusal>> {
+    /// Why `client` may not name QP `qpn` in a MAD leaving `port`: None when
+    /// it may, or when that is not checked (root, which may open umad and
+    /// send anything anyway; a device whose QPs nobody can tell); asked of
+    /// the device's [`QpOwners`] out of the state lock.
+    fn qp_refusal(&self, client: ClientId, port: u8, qpn: u32) -> Option<Refusal> {
         let (device, cred) = {
             let st = self.state.lock();
             let c = st.clients.get(&client)?;
@@ -1219,7 +1219,7 @@ impl Switch {
             return None;
         }
         let owners = self.devices.read().get(&device)?.qp_owners.clone()?;
-        Some(check_qp(cred, qpn, owners.owner(port, qpn)))
+        check_qp(cred, qpn, owners.owner(port, qpn)).err()
     }
 
     /// Gives an SA query a TID of the daemon's (the processes' own TIDs

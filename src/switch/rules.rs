@@ -16,7 +16,7 @@
 //! or REP's CA GUID (the peer's stale-connection key, with the QPN) and a
 //! REJ "timeout"'s ARI must be the device's own node GUID; the QPN of a
 //! REQ, a REP or a successful SIDR_REP (the other half of that key) must be
-//! a QP of the sender's process or user ([`check_qp`]).
+//! a QP of a process of the sender's user ([`check_qp`]).
 //! docs/ibcmd.md has this as a table.
 
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +27,7 @@ use crate::os::seqpacket::PeerCred;
 use crate::transport::{IdSlice, MadAddr};
 use crate::wire::mra::CM_MRA_MESSAGE_MRAED;
 use crate::wire::rej::{CM_REJ_ARI, CM_REJ_MESSAGE_REJECTED, CM_REJ_REASON};
-use crate::wire::rep::{CM_REP_LOCAL_CA_GUID, CM_REP_LOCAL_QPN};
+use crate::wire::rep::{CM_REP_LOCAL_CA_GUID, CM_REP_LOCAL_EE_CONTEXT_NUMBER, CM_REP_LOCAL_QPN};
 use crate::wire::req::{CM_REQ_LOCAL_CA_GUID, CM_REQ_LOCAL_QPN};
 use crate::wire::sidr_rep::{CM_SIDR_REP_QPN, CM_SIDR_REP_STATUS};
 use crate::wire::{Mad, attr};
@@ -232,8 +232,8 @@ pub(super) enum Refusal {
     /// (`cm_find_remote_id`) by it, so another host's GUID acts on the
     /// peer's connections to that host.
     OtherGuid,
-    /// A QPN (a REQ's or REP's LocalQPN, a successful SIDR_REP's QPN) of a
-    /// QP that neither the sender's process nor its user owns: the peer keys
+    /// A QPN (a REQ's LocalQPN, a REP's LocalQPN or LocalEECN, a successful
+    /// SIDR_REP's QPN) of a QP no process of the sender's user owns: the peer keys
     /// stale-connection checks by it, so another tenant's QPN makes the peer
     /// disconnect that tenant.
     NotItsQp(u32),
@@ -267,7 +267,7 @@ impl Refusal {
             }
             Refusal::BadMessageX => "its MessageRejected/MessageMRAed is 3",
             Refusal::OtherGuid => "it names a CA GUID that is not its device's",
-            Refusal::NotItsQp(_) => "it names a QP that is not its process's or its user's",
+            Refusal::NotItsQp(_) => "it names a QP that is not its user's",
             Refusal::QpUnchecked(_) => "the kernel could not say whose QP it names",
             Refusal::Unknown => "not a CM message a process sends",
         }
@@ -374,30 +374,44 @@ pub(super) fn check_send(
 /// `IB_SIDR_SUCCESS`: the only SIDR_REP status whose QPN means something.
 const SIDR_SUCCESS: u32 = 0;
 
-/// The QPN a CM MAD names as its sender's own: a REQ's or REP's LocalQPN, a
-/// successful SIDR_REP's QPN (the requester sends datagrams to it).
-pub(super) fn named_qpn(mad: &Mad) -> Option<u32> {
-    match attr_id(mad) {
-        attr::REQ => Some(CM_REQ_LOCAL_QPN.get(mad)),
-        attr::REP => Some(CM_REP_LOCAL_QPN.get(mad)),
-        attr::SIDR_REP if CM_SIDR_REP_STATUS.get(mad) == SIDR_SUCCESS => {
-            Some(CM_SIDR_REP_QPN.get(mad))
+/// The QPNs a CM MAD names as its sender's own: a REQ's LocalQPN, a
+/// successful SIDR_REP's QPN (the requester sends datagrams to it), and a
+/// REP's LocalQPN and LocalEECN: the peer keys its connection by the
+/// LocalEECN when it is an XRC initiator, by the LocalQPN otherwise
+/// (`cm_rep_get_qpn`), and the daemon does not know which it is. An XRC
+/// target's REP leaves its LocalQPN 0 (`cm_format_rep`); a REP with both 0
+/// names QPN 0, nobody's.
+pub(super) fn named_qpns(mad: &Mad) -> impl Iterator<Item = u32> {
+    let named = match attr_id(mad) {
+        attr::REQ => [Some(CM_REQ_LOCAL_QPN.get(mad)), None],
+        attr::REP => {
+            let qpn = CM_REP_LOCAL_QPN.get(mad);
+            let eecn = CM_REP_LOCAL_EE_CONTEXT_NUMBER.get(mad);
+            [
+                (qpn != 0 || eecn == 0).then_some(qpn),
+                (eecn != 0).then_some(eecn),
+            ]
         }
-        _ => None,
-    }
+        attr::SIDR_REP if CM_SIDR_REP_STATUS.get(mad) == SIDR_SUCCESS => {
+            [Some(CM_SIDR_REP_QPN.get(mad)), None]
+        }
+        _ => [None, None],
+    };
+    named.into_iter().flatten()
 }
 
-/// Whether process `cred` may name QP `qpn`, owned by `owner`: a QP of its
-/// own process, or of a process of its user (who could act for it anyway),
-/// and none of the kernel's. A lookup that failed refuses: nothing says the
-/// QP is the sender's.
+/// Whether process `cred` may name QP `qpn`, owned by `owner`: a QP of a
+/// process of its user (its own, or one its user could act for anyway), and
+/// none of the kernel's. Not by PID: `cred.pid` is the process that
+/// connected, which may have exited since (its socket inherited by a child)
+/// and its PID gone to a process of another user. A lookup that failed
+/// refuses: nothing says the QP is the sender's.
 pub(super) fn check_qp(
     cred: PeerCred,
     qpn: u32,
     owner: io::Result<QpOwner>,
 ) -> Result<(), Refusal> {
     match owner {
-        Ok(QpOwner::Process { pid, .. }) if i64::from(pid) == i64::from(cred.pid) => Ok(()),
         Ok(QpOwner::Process { uid, .. }) if uid == cred.uid => Ok(()),
         Ok(_) => Err(Refusal::NotItsQp(qpn)),
         Err(_) => Err(Refusal::QpUnchecked(qpn)),
