@@ -24,6 +24,8 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 const RDMA_NL_NLDEV: u16 = 5;
 const RDMA_NLDEV_CMD_GET: u16 = 1;
 const RDMA_NLDEV_CMD_RES_QP_GET: u16 = 10;
+const RDMA_NLDEV_CMD_RES_PD_GET: u16 = 14;
+const RDMA_NLDEV_CMD_RES_CTX_GET: u16 = 22;
 const RDMA_NLDEV_ATTR_DEV_INDEX: u16 = 1;
 const RDMA_NLDEV_ATTR_DEV_NAME: u16 = 2;
 const RDMA_NLDEV_ATTR_PORT_INDEX: u16 = 3;
@@ -32,6 +34,8 @@ const RDMA_NLDEV_ATTR_RES_QP_ENTRY: u16 = 20;
 const RDMA_NLDEV_ATTR_RES_LQPN: u16 = 21;
 const RDMA_NLDEV_ATTR_RES_PID: u16 = 28;
 const RDMA_NLDEV_ATTR_RES_KERN_NAME: u16 = 29;
+const RDMA_NLDEV_ATTR_RES_PDN: u16 = 60;
+const RDMA_NLDEV_ATTR_RES_CTXN: u16 = 64;
 
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
@@ -53,8 +57,19 @@ pub enum KernelQpOwner {
     Task(u32),
     /// A kernel QP (a ULP, the MAD layer's QP0/QP1): its module's name.
     Kernel(String),
-    /// A user QP whose creator has exited (the kernel reports no PID).
-    Orphan,
+    /// A user object whose creating thread has exited (the kernel reports
+    /// no PID for it): the parent object it names, if any, whose creator
+    /// may still be there (a QP's PD, a PD's user context).
+    Orphan(Option<Parent>),
+}
+
+/// The object a user object belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parent {
+    /// A protection domain (a QP's).
+    Pd(u32),
+    /// A user context, one process's open device (a PD's).
+    Context(u32),
 }
 
 /// The RDMA netlink index of device `name`, or None when the kernel has no
@@ -134,21 +149,62 @@ pub fn qp_owners(index: u32) -> io::Result<HashMap<u32, KernelQpOwner>> {
 /// The owner a QP entry's attributes name (None if it has no LQPN: not a
 /// QP entry).
 fn owner_in(attrs: &[u8]) -> Option<KernelQpOwner> {
-    let mut lqpn = false;
-    let mut owner = KernelQpOwner::Orphan;
+    let lqpn = attributes(attrs).any(|(kind, _)| kind == RDMA_NLDEV_ATTR_RES_LQPN);
+    lqpn.then(|| owner_of(attrs, RDMA_NLDEV_ATTR_RES_PDN, Parent::Pd))
+}
+
+/// The owner a resource entry's attributes name: its task, the kernel, or
+/// (its task gone) the parent object `parent_attr` names.
+fn owner_of(attrs: &[u8], parent_attr: u16, parent: fn(u32) -> Parent) -> KernelQpOwner {
+    let mut owner = None;
+    let mut up = None;
     for (kind, value) in attributes(attrs) {
         match kind {
-            RDMA_NLDEV_ATTR_RES_LQPN => lqpn = true,
-            RDMA_NLDEV_ATTR_RES_PID => {
-                owner = u32_of(value).map_or(KernelQpOwner::Orphan, KernelQpOwner::Task)
-            }
+            RDMA_NLDEV_ATTR_RES_PID => owner = u32_of(value).map(KernelQpOwner::Task),
             RDMA_NLDEV_ATTR_RES_KERN_NAME => {
-                owner = KernelQpOwner::Kernel(str_of(value).unwrap_or("?").to_owned())
+                owner = Some(KernelQpOwner::Kernel(
+                    str_of(value).unwrap_or("?").to_owned(),
+                ))
             }
+            k if k == parent_attr => up = u32_of(value).map(parent),
             _ => {}
         }
     }
-    lqpn.then_some(owner)
+    owner.unwrap_or(KernelQpOwner::Orphan(up))
+}
+
+/// The owner of `parent` on device `index` (a PD names its user context as
+/// its own parent; a context has none). None when the device has no such
+/// object.
+pub fn parent_owner(index: u32, parent: Parent) -> io::Result<Option<KernelQpOwner>> {
+    let (command, id_attr, id, up_attr): (u16, u16, u32, u16) = match parent {
+        Parent::Pd(pdn) => (
+            RDMA_NLDEV_CMD_RES_PD_GET,
+            RDMA_NLDEV_ATTR_RES_PDN,
+            pdn,
+            RDMA_NLDEV_ATTR_RES_CTXN,
+        ),
+        Parent::Context(ctxn) => (
+            RDMA_NLDEV_CMD_RES_CTX_GET,
+            RDMA_NLDEV_ATTR_RES_CTXN,
+            ctxn,
+            // A context names no parent.
+            u16::MAX,
+        ),
+    };
+    let request = message(
+        command,
+        NLM_F_REQUEST,
+        &[(RDMA_NLDEV_ATTR_DEV_INDEX, index), (id_attr, id)],
+    );
+    let mut owner = None;
+    match exchange(&request, false, |attrs| {
+        owner = Some(owner_of(attrs, up_attr, Parent::Context))
+    }) {
+        Ok(()) => Ok(owner),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A request: the header and u32 attributes.
@@ -195,7 +251,18 @@ fn exchange(request: &[u8], dump: bool, mut each: impl FnMut(&[u8])) -> io::Resu
             }
             let body = &rest[NLMSG_HDRLEN..size];
             match kind {
-                NLMSG_DONE => return Ok(()),
+                // A dump's end carries its outcome: a negative errno when
+                // it failed part way (the table then is not whole).
+                NLMSG_DONE => {
+                    let errno = body
+                        .get(..4)
+                        .map_or(0, |b| -i32::from_ne_bytes(b.try_into().expect("4")));
+                    return if errno > 0 {
+                        Err(io::Error::from_raw_os_error(errno))
+                    } else {
+                        Ok(())
+                    };
+                }
                 NLMSG_ERROR => {
                     let errno = body.get(..4).map_or(libc::EBADMSG, |b| {
                         -i32::from_ne_bytes(b.try_into().expect("4"))
@@ -281,9 +348,20 @@ mod tests {
             owner_in(&kernel),
             Some(KernelQpOwner::Kernel("ib_core".into()))
         );
-        // A zombie creator: no PID attribute.
-        let orphan = attr(RDMA_NLDEV_ATTR_RES_LQPN, &0x12u32.to_ne_bytes());
-        assert_eq!(owner_in(&orphan), Some(KernelQpOwner::Orphan));
+        // A creating thread gone: no PID attribute; its PD named.
+        let mut orphan = attr(RDMA_NLDEV_ATTR_RES_LQPN, &0x12u32.to_ne_bytes());
+        assert_eq!(owner_in(&orphan), Some(KernelQpOwner::Orphan(None)));
+        orphan.extend(attr(RDMA_NLDEV_ATTR_RES_PDN, &3u32.to_ne_bytes()));
+        assert_eq!(
+            owner_in(&orphan),
+            Some(KernelQpOwner::Orphan(Some(Parent::Pd(3))))
+        );
+        // A PD whose creator is gone names its user context.
+        let pd = attr(RDMA_NLDEV_ATTR_RES_CTXN, &7u32.to_ne_bytes());
+        assert_eq!(
+            owner_of(&pd, RDMA_NLDEV_ATTR_RES_CTXN, Parent::Context),
+            KernelQpOwner::Orphan(Some(Parent::Context(7)))
+        );
         // Not a QP entry.
         assert_eq!(
             owner_in(&attr(RDMA_NLDEV_ATTR_RES_PID, &1u32.to_ne_bytes())),

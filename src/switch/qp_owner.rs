@@ -74,7 +74,10 @@ impl KernelQps {
                 return Ok(Some(owner.clone()));
             }
             if age < DUMP_INTERVAL {
-                return Ok(None);
+                // A QP made since that dump (a REQ's own, just created):
+                // a new dump once the interval is over, rather than a
+                // refusal that waits for the REQ's retransmission.
+                std::thread::sleep(DUMP_INTERVAL - age);
             }
         }
         let owners = rdma_netlink::qp_owners(self.index)?;
@@ -96,11 +99,29 @@ impl QpOwners for KernelQps {
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => self.dumped(qpn)?,
             Err(e) => return Err(e),
         };
-        match owner {
-            None | Some(KernelQpOwner::Orphan) => Ok(QpOwner::Nobody),
-            Some(KernelQpOwner::Kernel(_)) => Ok(QpOwner::Kernel),
-            Some(KernelQpOwner::Task(tid)) => task_owner(tid),
+        self.resolve(owner)
+    }
+}
+
+impl KernelQps {
+    /// Who `owner` is. The kernel records the thread that created an
+    /// object and forgets its PID once that thread exits (a setup thread
+    /// of a pool): such a QP is its PD's creator's, and such a PD its user
+    /// context's (the process that opened the device); one with none of
+    /// them alive is nobody's.
+    fn resolve(&self, mut owner: Option<KernelQpOwner>) -> io::Result<QpOwner> {
+        // QP -> PD -> context: at most two steps up.
+        for _ in 0..3 {
+            match owner {
+                None | Some(KernelQpOwner::Orphan(None)) => return Ok(QpOwner::Nobody),
+                Some(KernelQpOwner::Kernel(_)) => return Ok(QpOwner::Kernel),
+                Some(KernelQpOwner::Task(tid)) => return task_owner(tid),
+                Some(KernelQpOwner::Orphan(Some(parent))) => {
+                    owner = rdma_netlink::parent_owner(self.index, parent)?;
+                }
+            }
         }
+        Ok(QpOwner::Nobody)
     }
 }
 
