@@ -3,7 +3,8 @@
 //! processes using libib_cm on this host (see docs/ibcmd.md, ibcmd(8)).
 //!
 //!     ibcmd [--socket PATH] [--mode OCTAL] [--group NAME|GID]
-//!           [--user NAME|UID] [--timewait SECONDS] [DEVICE...]
+//!           [--user NAME|UID] [--timewait SECONDS] [--path-cache-ttl MS]
+//!           [DEVICE...]
 //!     ibcmd --stats [--socket PATH]
 //!
 //! Without DEVICE it serves every device under /sys/class/infiniband. It
@@ -31,12 +32,16 @@ struct Options {
     timewait: Duration,
     /// `--quota NAME=N`: what one user may make the daemon hold.
     quotas: Quotas,
+    /// `--path-cache-ttl MS`: how long the host's path cache keeps an SA
+    /// answer (0: no cache); else `IBCM_PATH_CACHE_TTL_MS` or its default.
+    path_cache_ttl: Option<Duration>,
     stats: bool,
     devices: Vec<String>,
 }
 
 const USAGE: &str = "usage: ibcmd [--socket PATH] [--mode OCTAL] [--group NAME|GID] \
-                     [--user NAME|UID] [--timewait SECONDS] [--quota NAME=N]... [DEVICE...]\n       \
+                     [--user NAME|UID] [--timewait SECONDS] [--quota NAME=N]... \
+                     [--path-cache-ttl MS] [DEVICE...]\n       \
                      ibcmd --stats [--socket PATH]";
 
 /// The socket's mode without `--mode`: the owner and the group may connect.
@@ -50,6 +55,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         user: None,
         timewait: SwitchConfig::default().timewait,
         quotas: Quotas::default(),
+        path_cache_ttl: None,
         stats: false,
         devices: Vec::new(),
     };
@@ -70,6 +76,14 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
                 o.timewait = Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())?;
             }
             "--quota" => set_quota(&mut o.quotas, &value("--quota")?)?,
+            "--path-cache-ttl" => {
+                let v = value("--path-cache-ttl")?;
+                let ms: u32 = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("--path-cache-ttl {v}: 0 to 4294967295 ms"))?;
+                o.path_cache_ttl = Some(Duration::from_millis(u64::from(ms)));
+            }
             "--stats" => o.stats = true,
             "-h" | "--help" => return Err(String::new()),
             a if a.starts_with('-') => return Err(format!("unknown option {a}")),
@@ -378,9 +392,15 @@ fn run(o: Options) -> Result<(), String> {
     raise_wmem_max();
     let inherited = ib_cm::switch::inherited_seqpacket_listener()
         .map_err(|e| format!("the socket passed by systemd (LISTEN_FDS): {e}"))?;
+    // The library's TTL and variable, unless the command line says.
+    let mut path_cache = ib_cm::sa::cache::Config::from_env();
+    if let Some(ttl) = o.path_cache_ttl {
+        path_cache.ttl = ttl;
+    }
     let switch = Switch::new(SwitchConfig {
         timewait: o.timewait,
         quotas: o.quotas,
+        path_cache,
         ..SwitchConfig::default()
     });
     let devices = if o.devices.is_empty() {
@@ -529,6 +549,24 @@ mod tests {
         assert!(parsed("--stats --socket /tmp/s").unwrap().stats);
         assert_eq!(parsed("--mode 9").err().unwrap(), "bad mode 9");
         assert_eq!(parsed("--users x").err().unwrap(), "unknown option --users");
+    }
+
+    #[test]
+    fn the_path_cache_ttl_is_milliseconds_and_0_turns_it_off() {
+        assert_eq!(parsed("").unwrap().path_cache_ttl, None, "the default");
+        let ttl = |line| parsed(line).unwrap().path_cache_ttl;
+        assert_eq!(
+            ttl("--path-cache-ttl 1500"),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(ttl("--path-cache-ttl 0"), Some(Duration::ZERO));
+        for bad in [
+            "--path-cache-ttl",
+            "--path-cache-ttl -1",
+            "--path-cache-ttl 5m",
+        ] {
+            assert!(parsed(bad).is_err(), "{bad} accepted");
+        }
     }
 
     const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n\

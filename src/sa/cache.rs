@@ -26,6 +26,12 @@
 //! in flight share it; the next ask asks again. An SA answering Busy gets a
 //! bounded exponential backoff with jitter ([`Backoff`]), not a resend.
 //!
+//! What it keeps is a path ([`Path`], the library's) or, in a holder that
+//! hands on the SA's answers as they came (the MAD switch), any small value
+//! of its own: `PathCache<V>`. Such a holder keeps its queries in flight
+//! and their askers itself, and asks without blocking ([`PathCache::lookup`],
+//! [`PathCache::keep`]).
+//!
 //! Lock order: the cache's lock is taken last and nothing is called under
 //! it (the SA is asked, and waiters woken, with it released).
 
@@ -154,34 +160,52 @@ struct QueryKey {
     record: [u8; RECORD_SIZE],
 }
 
-impl QueryKey {
-    fn of(query: &PathQuery) -> Self {
-        QueryKey {
-            comp_mask: query.comp_mask,
-            record: query.record_bytes(),
-        }
-    }
-}
-
 /// A port and one of its destinations: what a REQ timeout invalidates.
 type DestKey = (PortId, [u8; 16]);
 
+/// What an answer is kept by: the port the query leaves from and the
+/// query as the SA sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
+pub struct Key {
     port: PortId,
     dgid: [u8; 16],
     query: QueryKey,
 }
 
 impl Key {
+    pub fn of(port: PortId, query: &PathQuery) -> Self {
+        Self::of_wire(port, query.comp_mask, query.record_bytes())
+    }
+
+    /// The key of a query as it was sent: its component mask and its
+    /// PathRecord's bytes (the MAD switch's tenants' queries).
+    pub fn of_wire(port: PortId, comp_mask: u64, record: [u8; RECORD_SIZE]) -> Self {
+        let mut dgid = [0u8; 16];
+        dgid.copy_from_slice(&record[8..24]);
+        Key {
+            port,
+            dgid,
+            query: QueryKey { comp_mask, record },
+        }
+    }
+
+    pub fn port(&self) -> PortId {
+        self.port
+    }
+
+    /// The destination GID the query names.
+    pub fn dgid(&self) -> [u8; 16] {
+        self.dgid
+    }
+
     fn dest(&self) -> DestKey {
         (self.port, self.dgid)
     }
 }
 
-struct Entry {
+struct Entry<V> {
     query: QueryKey,
-    path: Path,
+    value: V,
     view: PortView,
     expires: Instant,
     /// Its place in `State::ages`.
@@ -189,14 +213,22 @@ struct Entry {
 }
 
 /// One query in flight, and its outcome for whoever waits on it.
-#[derive(Default)]
-struct Flight {
-    outcome: Mutex<Option<CmResult<Path>>>,
+struct Flight<V> {
+    outcome: Mutex<Option<CmResult<V>>>,
     done: Condvar,
 }
 
-impl Flight {
-    fn wait(&self) -> CmResult<Path> {
+impl<V> Default for Flight<V> {
+    fn default() -> Self {
+        Flight {
+            outcome: Mutex::new(None),
+            done: Condvar::new(),
+        }
+    }
+}
+
+impl<V: Copy> Flight<V> {
+    fn wait(&self) -> CmResult<V> {
         let mut outcome = self.outcome.lock();
         loop {
             if let Some(outcome) = *outcome {
@@ -206,33 +238,44 @@ impl Flight {
         }
     }
 
-    fn complete(&self, result: CmResult<Path>) {
+    fn complete(&self, result: CmResult<V>) {
         *self.outcome.lock() = Some(result);
         self.done.notify_all();
     }
 }
 
-#[derive(Default)]
-struct State {
+struct State<V> {
     /// The answers, by port and destination (a REQ timeout drops those of
     /// one destination without a walk over all).
-    dests: HashMap<DestKey, Vec<Entry>>,
+    dests: HashMap<DestKey, Vec<Entry<V>>>,
     /// Every answer by the order it came in, oldest first: the order of
     /// eviction and, with one TTL for all, of expiry.
     ages: BTreeMap<u64, Key>,
     next_seq: u64,
-    flights: HashMap<Key, Arc<Flight>>,
+    flights: HashMap<Key, Arc<Flight<V>>>,
     /// Bumped by every invalidation: an answer asked for before one is
     /// handed to its askers but not kept (it may be what was invalidated).
     epoch: u64,
 }
 
-impl State {
+impl<V> Default for State<V> {
+    fn default() -> Self {
+        State {
+            dests: HashMap::new(),
+            ages: BTreeMap::new(),
+            next_seq: 0,
+            flights: HashMap::new(),
+            epoch: 0,
+        }
+    }
+}
+
+impl<V> State<V> {
     fn len(&self) -> usize {
         self.ages.len()
     }
 
-    fn find(&self, key: &Key) -> Option<&Entry> {
+    fn find(&self, key: &Key) -> Option<&Entry<V>> {
         self.dests
             .get(&key.dest())?
             .iter()
@@ -240,7 +283,7 @@ impl State {
     }
 
     /// Removes the entry of `key`, if there is one.
-    fn remove(&mut self, key: &Key) -> Option<Entry> {
+    fn remove(&mut self, key: &Key) -> Option<Entry<V>> {
         let dest = key.dest();
         let entries = self.dests.get_mut(&dest)?;
         let at = entries.iter().position(|e| e.query == key.query)?;
@@ -267,7 +310,7 @@ impl State {
     }
 
     /// The oldest entry, taken out.
-    fn pop_oldest(&mut self) -> Option<(Key, Entry)> {
+    fn pop_oldest(&mut self) -> Option<(Key, Entry<V>)> {
         let (_, key) = self.ages.pop_first()?;
         let entry = self.remove(&key)?;
         Some((key, entry))
@@ -318,25 +361,30 @@ fn bump(counter: &AtomicU64, by: u64) {
 }
 
 /// A path cache: see the module's documentation.
-pub struct PathCache {
+pub struct PathCache<V = Path> {
     config: Config,
-    state: Mutex<State>,
+    state: Mutex<State<V>>,
     counters: AtomicCounters,
     /// Seeds the backoff's jitter; random per cache.
     jitter: RandomState,
 }
 
 /// The asker's part in an ask that found no answer.
-enum Role {
+enum Role<V> {
     /// Asks the SA and tells those who wait (the epoch it started in).
-    Leader(Arc<Flight>, u64),
+    Leader(Arc<Flight<V>>, Epoch),
     /// Waits for the leader's outcome.
-    Follower(Arc<Flight>),
+    Follower(Arc<Flight<V>>),
     /// Asks the SA by itself, neither waiting nor waited for.
     Alone,
 }
 
-impl PathCache {
+/// The cache's invalidations so far: an answer asked for in one epoch is
+/// kept only if it is still the current one when the answer comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Epoch(u64);
+
+impl<V: Copy> PathCache<V> {
     pub fn new(config: Config) -> Self {
         PathCache {
             config,
@@ -362,20 +410,16 @@ impl PathCache {
         view: PortView,
         query: &PathQuery,
         may_wait: bool,
-        ask: impl FnMut() -> CmResult<Path>,
-    ) -> CmResult<Path> {
+        ask: impl FnMut() -> CmResult<V>,
+    ) -> CmResult<V> {
         if self.config.ttl.is_zero() {
             bump(&self.counters.misses, 1);
             return self.ask_with_backoff(ask);
         }
-        let key = Key {
-            port,
-            dgid: query.rec.dgid,
-            query: QueryKey::of(query),
-        };
+        let key = Key::of(port, query);
         let role = {
             let mut state = self.state.lock();
-            if let Some(path) = self.lookup(&mut state, &key, view) {
+            if let Some(path) = self.find_valid(&mut state, &key, view) {
                 bump(&self.counters.hits, 1);
                 return Ok(path);
             }
@@ -392,7 +436,7 @@ impl PathCache {
                     bump(&self.counters.misses, 1);
                     let flight = Arc::new(Flight::default());
                     state.flights.insert(key, flight.clone());
-                    Role::Leader(flight, state.epoch)
+                    Role::Leader(flight, Epoch(state.epoch))
                 }
             }
         };
@@ -414,9 +458,44 @@ impl PathCache {
         }
     }
 
+    /// [`Self::get`] for an asker that may not block and keeps its own
+    /// queries in flight, with who waits for each (the MAD switch): the
+    /// answer of `key` asked from a port that looks like `view` now (a
+    /// hit), or the epoch to [`Self::keep`] the answer of its query with,
+    /// counted as coalesced when `in_flight` (the asker waits for a query it
+    /// sent already) or else as a miss (it asks the SA).
+    pub fn lookup(&self, key: &Key, view: PortView, in_flight: bool) -> Result<V, Epoch> {
+        let mut state = self.state.lock();
+        if !self.config.ttl.is_zero()
+            && let Some(value) = self.find_valid(&mut state, key, view)
+        {
+            bump(&self.counters.hits, 1);
+            return Ok(value);
+        }
+        let counter = match in_flight {
+            true => &self.counters.coalesced,
+            false => &self.counters.misses,
+        };
+        bump(counter, 1);
+        Err(Epoch(state.epoch))
+    }
+
+    /// Keeps `value`, the SA's answer to `key` asked from a port that
+    /// looked like `view` in epoch `asked_in` ([`Self::lookup`]): unless
+    /// something was invalidated since, or the cache is off.
+    pub fn keep(&self, key: Key, view: PortView, value: V, asked_in: Epoch) {
+        if self.config.ttl.is_zero() {
+            return;
+        }
+        let mut state = self.state.lock();
+        if state.epoch == asked_in.0 {
+            self.insert(&mut state, key, view, value);
+        }
+    }
+
     /// The answer of `key` if it may still be served; drops it (or all of
     /// its port's) if not.
-    fn lookup(&self, state: &mut State, key: &Key, view: PortView) -> Option<Path> {
+    fn find_valid(&self, state: &mut State<V>, key: &Key, view: PortView) -> Option<V> {
         let entry = state.find(key)?;
         if entry.view != view {
             let gone = state.remove_port(key.port);
@@ -429,11 +508,11 @@ impl PathCache {
             bump(&self.counters.expirations, 1);
             return None;
         }
-        Some(entry.path)
+        Some(entry.value)
     }
 
     /// Keeps `path` as `key`'s answer, making room if need be.
-    fn insert(&self, state: &mut State, key: Key, view: PortView, path: Path) {
+    fn insert(&self, state: &mut State<V>, key: Key, view: PortView, value: V) {
         let now = Instant::now();
         state.remove(&key);
         while state.oldest_expired(now) {
@@ -452,7 +531,7 @@ impl PathCache {
         state.ages.insert(seq, key);
         let entry = Entry {
             query: key.query,
-            path,
+            value,
             view,
             // Past `Instant`'s range (a TTL of 49 days on a clock near its
             // end): kept until evicted or invalidated.
@@ -465,13 +544,13 @@ impl PathCache {
     /// `ask`, and again after a wait while it answers Busy (at most
     /// `busy.retries` times): the SA dropped the query, and asking at once
     /// would only add to what it cannot take.
-    fn ask_with_backoff(&self, mut ask: impl FnMut() -> CmResult<Path>) -> CmResult<Path> {
+    fn ask_with_backoff(&self, mut ask: impl FnMut() -> CmResult<V>) -> CmResult<V> {
         let busy = self.config.busy;
         let mut wait = busy.first;
         let mut retries = 0;
         loop {
             let outcome = ask();
-            if outcome != Err(super::BUSY) || retries >= busy.retries {
+            if !matches!(outcome, Err(e) if e == super::BUSY) || retries >= busy.retries {
                 return outcome;
             }
             retries += 1;
@@ -540,16 +619,16 @@ impl PathCache {
 /// A leader's query: when it ends, however it ends (a panic in `ask`
 /// included, as `-EIO`), its flight is over, its answer kept if nothing
 /// was invalidated meanwhile, and its followers told.
-struct Lead<'c> {
-    cache: &'c PathCache,
+struct Lead<'c, V: Copy> {
+    cache: &'c PathCache<V>,
     key: Key,
     view: PortView,
-    epoch: u64,
-    flight: Arc<Flight>,
-    outcome: CmResult<Path>,
+    epoch: Epoch,
+    flight: Arc<Flight<V>>,
+    outcome: CmResult<V>,
 }
 
-impl Drop for Lead<'_> {
+impl<V: Copy> Drop for Lead<'_, V> {
     fn drop(&mut self) {
         let mut state = self.cache.state.lock();
         if state
@@ -560,7 +639,7 @@ impl Drop for Lead<'_> {
             state.flights.remove(&self.key);
         }
         match self.outcome {
-            Ok(path) if state.epoch == self.epoch => {
+            Ok(path) if state.epoch == self.epoch.0 => {
                 self.cache.insert(&mut state, self.key, self.view, path);
             }
             _ => {}
@@ -594,7 +673,7 @@ mod tests {
 
     #[test]
     fn a_backoff_wait_is_between_half_and_all_of_it() {
-        let cache = PathCache::new(Config::default());
+        let cache = PathCache::<Path>::new(Config::default());
         let wait = Duration::from_millis(40);
         for salt in 0..200 {
             let got = cache.jittered(wait, salt);

@@ -6,6 +6,7 @@
 //! `src/bin/ibcmd.rs` is the thin binary around [`Switch`]; the protocol is
 //! [`proto`]; routing is [`routing`].
 
+mod path_cache;
 pub mod proto;
 mod qp_owner;
 pub mod routing;
@@ -79,6 +80,8 @@ impl Switch {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_path_cache;
 #[cfg(test)]
 mod tests_review_a;
 #[cfg(test)]

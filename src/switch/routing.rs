@@ -12,13 +12,14 @@
 //! that went away stays reserved for `timewait` before another gets it, so
 //! a late MAD for one of its connections never reaches a stranger.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::path_cache::{Asked, SaPort, SaQueries, SaWaits};
 use super::proto::{DeviceInfo, ToClient};
 use super::qp_owner::QpOwners;
 use super::rules::{
@@ -42,9 +43,6 @@ const SIDR_UNSUPPORTED: u8 = 1;
 /// The SA's management class: path queries of the processes.
 const MGMT_CLASS_SA: u8 = crate::sa::MGMT_CLASS_SA;
 const MGMT_CLASS_CM: u8 = crate::wire::MGMT_CLASS_CM;
-/// How many SA queries in flight the daemon remembers per process (its
-/// oldest forgotten).
-const SA_PENDING_MAX: usize = 1024;
 /// How many service IDs one process may listen on through the daemon: far
 /// more than any real program (a server listens on a handful, rdma_cm's
 /// ucma on one per bound port), and a bound on what one process makes the
@@ -68,6 +66,8 @@ pub struct SwitchConfig {
     /// How long after its accept a connection may stay unregistered: a
     /// fixed deadline that no message extends.
     pub register_deadline: Duration,
+    /// The host's path cache (`path_cache`): its TTL, 0 for none.
+    pub path_cache: crate::sa::cache::Config,
 }
 
 impl Default for SwitchConfig {
@@ -77,6 +77,7 @@ impl Default for SwitchConfig {
             timewait: Duration::from_secs(60),
             quotas: Quotas::default(),
             register_deadline: Duration::from_secs(10),
+            path_cache: crate::sa::cache::Config::default(),
         }
     }
 }
@@ -156,10 +157,22 @@ pub enum SwitchCounter {
     OverQuota,
     /// Log lines that tenants' actions caused and the budget suppressed.
     LogSuppressed,
+    /// Path queries of processes sent to the SA: a miss's, a resend's, one
+    /// the cache does not serve. What the SA sees of this host.
+    TxSaQueries,
+    /// The host's path cache (`path_cache`): queries answered from it,
+    /// asked of the SA, joined to the same query in flight; answers dropped
+    /// by an invalidation, their TTL, the bound on entries.
+    PathCacheHits,
+    PathCacheMisses,
+    PathCacheCoalesced,
+    PathCacheInvalidations,
+    PathCacheExpirations,
+    PathCacheEvictions,
 }
 
 /// Every counter, in the order `--stats` prints them.
-const ALL_COUNTERS: [SwitchCounter; 17] = [
+const ALL_COUNTERS: [SwitchCounter; 24] = [
     SwitchCounter::RxToListener,
     SwitchCounter::RxToOwner,
     SwitchCounter::RxSaAnswers,
@@ -177,6 +190,13 @@ const ALL_COUNTERS: [SwitchCounter; 17] = [
     SwitchCounter::RegisterTimeout,
     SwitchCounter::OverQuota,
     SwitchCounter::LogSuppressed,
+    SwitchCounter::TxSaQueries,
+    SwitchCounter::PathCacheHits,
+    SwitchCounter::PathCacheMisses,
+    SwitchCounter::PathCacheCoalesced,
+    SwitchCounter::PathCacheInvalidations,
+    SwitchCounter::PathCacheExpirations,
+    SwitchCounter::PathCacheEvictions,
 ];
 
 impl SwitchCounter {
@@ -199,7 +219,27 @@ impl SwitchCounter {
             SwitchCounter::RegisterTimeout => "register_timeout",
             SwitchCounter::OverQuota => "over_quota",
             SwitchCounter::LogSuppressed => "log_suppressed",
+            SwitchCounter::TxSaQueries => "tx_sa_queries",
+            SwitchCounter::PathCacheHits => "path_cache_hits",
+            SwitchCounter::PathCacheMisses => "path_cache_misses",
+            SwitchCounter::PathCacheCoalesced => "path_cache_coalesced",
+            SwitchCounter::PathCacheInvalidations => "path_cache_invalidations",
+            SwitchCounter::PathCacheExpirations => "path_cache_expirations",
+            SwitchCounter::PathCacheEvictions => "path_cache_evictions",
         }
+    }
+
+    /// Its value among the path cache's counters, if it is one of them.
+    fn of_path_cache(self, c: &crate::sa::cache::Counters) -> Option<u64> {
+        Some(match self {
+            SwitchCounter::PathCacheHits => c.hits,
+            SwitchCounter::PathCacheMisses => c.misses,
+            SwitchCounter::PathCacheCoalesced => c.coalesced,
+            SwitchCounter::PathCacheInvalidations => c.invalidations,
+            SwitchCounter::PathCacheExpirations => c.expirations,
+            SwitchCounter::PathCacheEvictions => c.evictions,
+            _ => return None,
+        })
     }
 }
 
@@ -223,8 +263,8 @@ struct Client {
     slice: usize,
     conn: Arc<SeqPacket>,
     cred: PeerCred,
-    /// Its SA queries' TIDs (the daemon's), oldest first; some answered.
-    sa_order: VecDeque<u32>,
+    /// Its SA queries' waits, oldest first; some answered.
+    sa_waits: SaWaits,
     /// The REQs routed to it that it may still answer (`rules`).
     reqs: RoutedRequests,
     /// The SIDR_REQs routed to it that it has not answered yet.
@@ -282,9 +322,8 @@ struct State {
     /// (device, service ID) → its listener.
     listens: HashMap<(String, u64), Listen>,
     next_service_id: u64,
-    /// SA query TID (low 32 bits) the daemon sent → (process, its TID).
-    sa_pending: HashMap<u32, (ClientId, u32)>,
-    next_sa_tid: u32,
+    /// The processes' SA queries in flight and the host's path cache.
+    sa: SaQueries,
     /// What each user's processes hold (users holding nothing are absent).
     users: HashMap<Uid, Usage>,
 }
@@ -376,6 +415,14 @@ impl Recipient {
             losses: c.losses.clone(),
         }
     }
+}
+
+/// A process's path query that the daemon does not send.
+enum SaServed {
+    /// It waits for the same query in flight.
+    Waits,
+    /// Answered from the cache: this answer, from this address.
+    Answered(Recipient, Box<Mad>, MadAddr),
 }
 
 /// What becomes of a received MAD.
@@ -478,8 +525,7 @@ impl Switch {
                 next_slice: first_slice,
                 listens: HashMap::new(),
                 next_service_id: CM_ASSIGN_SERVICE_ID,
-                sa_pending: HashMap::new(),
-                next_sa_tid: 1,
+                sa: SaQueries::new(config.path_cache),
                 users: HashMap::new(),
             }),
             connections: Mutex::new(HashMap::new()),
@@ -640,13 +686,21 @@ impl Switch {
     }
 
     pub fn counter(&self, counter: SwitchCounter) -> u64 {
-        self.counters[counter as usize].load(Ordering::Relaxed)
+        let cache = self.state.lock().sa.counters();
+        self.counter_with(counter, &cache)
+    }
+
+    fn counter_with(&self, counter: SwitchCounter, cache: &crate::sa::cache::Counters) -> u64 {
+        counter
+            .of_path_cache(cache)
+            .unwrap_or_else(|| self.counters[counter as usize].load(Ordering::Relaxed))
     }
 
     pub fn counters(&self) -> Vec<(String, u64)> {
+        let cache = self.state.lock().sa.counters();
         ALL_COUNTERS
             .iter()
-            .map(|&c| (c.name().to_owned(), self.counter(c)))
+            .map(|&c| (c.name().to_owned(), self.counter_with(c, &cache)))
             .collect()
     }
 
@@ -738,7 +792,7 @@ impl Switch {
                 losses: Arc::default(),
                 reqs: RoutedRequests::default(),
                 sidr_reqs: RoutedRequests::default(),
-                sa_order: VecDeque::new(),
+                sa_waits: SaWaits::new(),
             },
         );
         drop(st);
@@ -806,11 +860,7 @@ impl Switch {
             key.1 = service_id;
             st.listens.remove(&key);
         }
-        for tid in &gone.sa_order {
-            if st.sa_pending.get(tid).is_some_and(|(c, _)| *c == client) {
-                st.sa_pending.remove(tid);
-            }
-        }
+        st.sa.forget(client, &gone.sa_waits);
         if let Some(usage) = st.users.get_mut(&gone.cred.uid) {
             usage.registrations -= 1;
             usage.listens -= gone.listening.len();
@@ -985,7 +1035,7 @@ impl Switch {
 
     fn route(&self, device: &str, port: u8, addr: MadAddr, mad: &Mad) -> Route {
         if mad[1] == MGMT_CLASS_SA {
-            return self.route_sa_answer(addr, mad);
+            return self.route_sa_answer(&addr, mad);
         }
         let Ok((header, _)) = parse_header(mad) else {
             return Route::Drop;
@@ -1059,34 +1109,44 @@ impl Switch {
         }
     }
 
-    /// An SA answer goes to the process whose query it answers, with that
-    /// process's TID back and the address it came from (the process takes
-    /// an answer from the SM's LID only).
-    fn route_sa_answer(&self, addr: MadAddr, mad: &Mad) -> Route {
-        let tid = be32(mad, 12);
+    /// An SA answer goes to every process that waits for the query it
+    /// answers (`path_cache`), each with its own TID back and the address
+    /// it came from (the process takes an answer from the SM's LID only).
+    fn route_sa_answer(&self, addr: &MadAddr, mad: &Mad) -> Route {
         let mut st = self.state.lock();
-        let Some((client, their_tid)) = st.sa_pending.remove(&tid) else {
-            return Route::Drop;
-        };
-        let Some(c) = st.clients.get(&client) else {
-            return Route::Drop;
-        };
-        let to = Recipient::of(c);
+        let waiters = st.sa.answered(mad, addr);
+        let to: Vec<_> = waiters
+            .into_iter()
+            .filter_map(|(client, theirs)| {
+                let c = st.clients.get(&client)?;
+                Some((client, Recipient::of(c), theirs))
+            })
+            .collect();
         drop(st);
-        let mut answer = *mad;
-        answer[12..16].copy_from_slice(&their_tid.to_be_bytes());
+        if to.is_empty() {
+            return Route::Drop;
+        }
+        for (client, recipient, theirs) in to {
+            let mut answer = *mad;
+            answer[12..16].copy_from_slice(&theirs.to_be_bytes());
+            self.hand_sa_answer(client, &recipient, addr, answer);
+        }
+        Route::Done
+    }
+
+    /// Hands `answer` (its TID the process's) to process `client`.
+    fn hand_sa_answer(&self, client: ClientId, to: &Recipient, from: &MadAddr, answer: Mad) {
         let msg = ToClient::Recv {
             port: 0,
-            addr,
+            addr: *from,
             mad: Box::new(answer),
         };
         match to.conn.send(&msg.encode(), false) {
             Ok(()) => self.count(SwitchCounter::RxSaAnswers),
-            Err(e) => self.count_client_loss(&to, || {
+            Err(e) => self.count_client_loss(to, || {
                 format!("an SA answer for client {client} was lost, its socket refused it: {e}")
             }),
         }
-        Route::Done
     }
 
     /// A MAD a process sends from `port` to `addr`: sent when the identity
@@ -1098,7 +1158,7 @@ impl Switch {
         let mut mad = *mad;
         // Whose QPs it names, asked of the kernel before the state lock.
         let qp_refusal = named_qpns(&mad).find_map(|qpn| self.qp_refusal(client, port, qpn));
-        let (transport, verdict) = {
+        let (transport, verdict, sa_served) = {
             let mut st = self.state.lock();
             let st = &mut *st;
             let Some(c) = st.clients.get_mut(&client) else {
@@ -1139,11 +1199,20 @@ impl Switch {
                 }
                 _ => Err((Refusal::Unknown, device, cred, slice)),
             };
+            let mut sa_served = None;
             if verdict.is_ok() && mad[1] == MGMT_CLASS_SA {
-                self.track_sa_query(st, client, &mut mad);
+                sa_served = self.track_sa_query(st, client, port, addr, &mut mad);
             }
-            (transport, verdict)
+            (transport, verdict, sa_served)
         };
+        match sa_served {
+            Some(SaServed::Waits) => return Ok(()),
+            Some(SaServed::Answered(to, answer, from)) => {
+                self.hand_sa_answer(client, &to, &from, *answer);
+                return Ok(());
+            }
+            None => {}
+        }
         if let Err((why, device, cred, slice)) = verdict {
             if let Refusal::QpUnchecked(qpn) = why {
                 self.count_loss(SwitchCounter::TxRefused, || {
@@ -1190,6 +1259,9 @@ impl Switch {
         match transport.send(port, addr, &mad) {
             Ok(()) => {
                 self.count(SwitchCounter::TxSent);
+                if mad[1] == MGMT_CLASS_SA {
+                    self.count(SwitchCounter::TxSaQueries);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -1222,26 +1294,32 @@ impl Switch {
         check_qp(cred, qpn, owners.owner(port, qpn)).err()
     }
 
-    /// Gives an SA query a TID of the daemon's (the processes' own TIDs
-    /// collide), remembered to route the answer back.
-    fn track_sa_query(&self, st: &mut State, client: ClientId, mad: &mut Mad) {
-        let theirs = be32(mad, 12);
-        let ours = st.next_sa_tid;
-        st.next_sa_tid = st.next_sa_tid.wrapping_add(1).max(1);
-        // Each process's oldest go first: one that floods the SA cannot make
-        // the daemon forget the queries of the others.
-        let Some(c) = st.clients.get_mut(&client) else {
-            return;
-        };
-        let forgotten = (c.sa_order.len() >= SA_PENDING_MAX)
-            .then(|| c.sa_order.pop_front())
-            .flatten();
-        c.sa_order.push_back(ours);
-        if let Some(old) = forgotten {
-            st.sa_pending.remove(&old);
+    /// A path query of `client` from `port` to `addr`, through the host's
+    /// path cache (`path_cache`): `None` when it goes to the SA, with a TID
+    /// of the daemon's (the processes' own TIDs collide) remembered to route
+    /// the answer back; else answered from the cache, or waiting for the
+    /// same query in flight.
+    fn track_sa_query(
+        &self,
+        st: &mut State,
+        client: ClientId,
+        port: u8,
+        addr: &MadAddr,
+        mad: &mut Mad,
+    ) -> Option<SaServed> {
+        let c = st.clients.get_mut(&client)?;
+        let sa_port = self
+            .devices
+            .read()
+            .get(&c.device)
+            .and_then(|d| SaPort::of(&d.info, port, addr));
+        match st.sa.ask(client, &mut c.sa_waits, sa_port, addr.dlid, mad) {
+            Asked::Send => None,
+            Asked::Waits => Some(SaServed::Waits),
+            Asked::Answered(answer, from) => {
+                Some(SaServed::Answered(Recipient::of(c), answer, from))
+            }
         }
-        st.sa_pending.insert(ours, (client, theirs));
-        mad[12..16].copy_from_slice(&ours.to_be_bytes());
     }
 
     /// The slice state of `local_id` (tests).
@@ -1251,6 +1329,12 @@ impl Switch {
             Slice::Owned(c) => Some(c),
             _ => None,
         }
+    }
+
+    /// How many SA queries the daemon waits for (tests).
+    #[cfg(test)]
+    pub(super) fn sa_in_flight(&self) -> usize {
+        self.state.lock().sa.in_flight()
     }
 
     /// Ends every timewait now (tests of slice reuse).
