@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::aio::StopSignal;
 use super::connection::{Connection, OutgoingRequest};
 use super::error::{Result, call};
 use super::handle::IdHandle;
@@ -57,6 +58,8 @@ pub struct Device {
 /// The engine's device, closed when its last user goes.
 pub(super) struct DeviceShared {
     pub(super) engine: Arc<cm::device::Device>,
+    /// For a device of the async API: tells its driver the device closed.
+    pub(super) driver_stop: Option<Arc<StopSignal>>,
 }
 
 impl Drop for DeviceShared {
@@ -64,7 +67,12 @@ impl Drop for DeviceShared {
         // Every id of the API is destroyed by now (each holds this); ids the
         // user never saw (a REQ still queued for a gone listener) are let
         // go by close, which waits for the worker that long (2 s at most).
+        // In FD mode (async), close runs the events still queued for them
+        // here: they only refuse requests.
         let _ = cm::close_device(&self.engine);
+        if let Some(stop) = &self.driver_stop {
+            stop.stop();
+        }
     }
 }
 
@@ -81,7 +89,10 @@ impl Device {
     pub fn open(name: &str) -> Result<Device> {
         let engine = call("Device::open", || cm::open_device(name))?;
         Ok(Device {
-            shared: Arc::new(DeviceShared { engine }),
+            shared: Arc::new(DeviceShared {
+                engine,
+                driver_stop: None,
+            }),
         })
     }
 

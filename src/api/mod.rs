@@ -39,6 +39,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod aio;
 mod connection;
 mod device;
 mod error;
