@@ -30,7 +30,7 @@ pub mod wire;
 pub use api::aio;
 pub use api::{
     AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device, Error,
-    Event, Gid, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState, QpType,
-    ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply, Side,
-    State,
+    Event, Gid, IdleId, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState,
+    QpType, ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply,
+    Side, State,
 };

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::error::{Error, Result, call};
 use super::event::{Event, RepInfo, ReqInfo};
 use super::handle::IdHandle;
+use super::params::ConnectRequest;
 use super::qp::{QpAttributes, QpState, qp_attributes};
 use super::queue::{Popped, Queue};
 use super::types::{RejectReason, State};
@@ -111,6 +112,43 @@ fn rejected(op: &'static str, reason: RejectReason, ari: Vec<u8>, pd: Vec<u8>) -
         reason,
         ari,
         private_data: pd,
+    }
+}
+
+/// A CM id of a device with nothing sent yet (IDLE, `ib_create_cm_id`),
+/// from [`Device::create_id`](super::Device::create_id):
+/// [`request`](IdleId::request) sends its REQ. Creating ids ahead keeps
+/// their cost out of the connect; [`Device::request`](super::Device::request)
+/// does both at once. Dropping it destroys the id (nothing to send).
+pub struct IdleId {
+    handle: IdHandle,
+}
+
+impl IdleId {
+    pub(super) fn new(handle: IdHandle) -> Self {
+        Self { handle }
+    }
+
+    /// The id's state (IDLE).
+    pub fn state(&self) -> State {
+        self.handle.state()
+    }
+
+    /// Sends the REQ, as [`Device::request`](super::Device::request); on a
+    /// refusal the id is destroyed.
+    pub fn request(self, request: ConnectRequest) -> Result<OutgoingRequest> {
+        call("IdleId::request", || {
+            cm::send_req(&self.handle.id, &request.params)
+        })?;
+        Ok(OutgoingRequest::new(self.handle, request.rtu_private_data))
+    }
+}
+
+impl std::fmt::Debug for IdleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdleId")
+            .field("id", &self.handle.id)
+            .finish()
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::aio::StopSignal;
-use super::connection::{Connection, OutgoingRequest};
+use super::connection::{Connection, IdleId, OutgoingRequest};
 use super::error::{Result, call};
 use super::handle::IdHandle;
 use super::listener::Listener;
@@ -131,6 +131,13 @@ impl Device {
     /// device. `EBUSY` if another listener has it.
     pub fn listen(&self, service_id: u64) -> Result<Listener> {
         Listener::new(&self.shared, service_id)
+    }
+
+    /// A new CM id of this device, nothing sent (`ib_create_cm_id`):
+    /// [`IdleId::request`] sends its REQ.
+    pub fn create_id(&self) -> Result<IdleId> {
+        let handle = call("Device::create_id", || IdHandle::create(&self.shared))?;
+        Ok(IdleId::new(handle))
     }
 
     /// Sends a REQ; the answer is awaited with

@@ -2,7 +2,8 @@
 //! values, whose waits are futures. Each forwards what does not wait.
 
 use crate::api::{
-    Event, QpAttributes, QpState, RejectReason, RepInfo, Reply, ReqInfo, Result, Side, State,
+    ConnectRequest, Event, QpAttributes, QpState, RejectReason, RepInfo, Reply, ReqInfo, Result,
+    Side, State,
 };
 
 /// A listener, as [`crate::Listener`], whose [`accept`](Listener::accept)
@@ -115,6 +116,22 @@ impl SentReply {
     /// [`crate::SentReply::notify_established`].
     pub fn notify_established(&self) -> Result<()> {
         self.0.notify_established()
+    }
+}
+
+/// A CM id with nothing sent, as [`crate::IdleId`].
+#[derive(Debug)]
+pub struct IdleId(pub(super) crate::IdleId);
+
+impl IdleId {
+    /// The id's state (IDLE).
+    pub fn state(&self) -> State {
+        self.0.state()
+    }
+
+    /// Sends the REQ (without waiting), as [`crate::IdleId::request`].
+    pub fn request(self, request: ConnectRequest) -> Result<OutgoingRequest> {
+        self.0.request(request).map(OutgoingRequest)
     }
 }
 

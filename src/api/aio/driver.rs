@@ -19,7 +19,7 @@ use crate::cm;
 /// [its descriptor](Driver::as_fd) (an eventfd, level-triggered: readable
 /// while events are pending) is readable, then calls
 /// [`run_pending`](Driver::run_pending), until that returns `None` (the
-/// device closed). [`Device::open_tokio`](super::Device::open_tokio) does
+/// device closed). `Device::open_tokio` (feature `tokio`) does
 /// this on tokio's reactor; with another runtime:
 ///
 /// ```no_run

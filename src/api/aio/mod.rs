@@ -19,7 +19,7 @@
 //! event, and the worker never runs user-visible code; it is also the mode
 //! C programs with an event loop use, so both doors share one tested path.
 //! The price is that some task must drive the device:
-//! [`Device::open_tokio`] spawns it on tokio, [`Device::open`] hands the
+//! `Device::open_tokio` (feature `tokio`) spawns it on tokio, [`Device::open`] hands the
 //! [`Driver`] to the program for any other runtime.
 //!
 //! A device is either blocking or async (the mode is the device's): open it
@@ -73,7 +73,9 @@ mod tokio;
 
 use std::sync::Arc;
 
-pub use conn::{Connection, IncomingRequest, Listener, OutgoingRequest, ReceivedReply, SentReply};
+pub use conn::{
+    Connection, IdleId, IncomingRequest, Listener, OutgoingRequest, ReceivedReply, SentReply,
+};
 pub use driver::Driver;
 pub(crate) use driver::StopSignal;
 
@@ -154,6 +156,12 @@ impl Device {
     /// [`crate::Device::listen`].
     pub fn listen(&self, service_id: u64) -> Result<Listener> {
         self.inner.listen(service_id).map(Listener)
+    }
+
+    /// A new CM id of this device, nothing sent, as
+    /// [`crate::Device::create_id`].
+    pub fn create_id(&self) -> Result<IdleId> {
+        self.inner.create_id().map(IdleId)
     }
 
     /// Sends a REQ (without waiting); [`OutgoingRequest::wait_reply`]

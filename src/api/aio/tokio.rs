@@ -15,7 +15,7 @@ use crate::refusal::Rule;
 /// Events run in one turn of the driver task before it lets the runtime's
 /// other tasks run: a burst of requests must not starve the task that
 /// accepts them (the listener's backlog is 1024).
-const BATCH: usize = 64;
+const BATCH: usize = 256;
 
 impl Device {
     /// Opens device `name` as [`Device::open`] and spawns its driver on the
