@@ -310,3 +310,25 @@ fn async_open_tokio_outside_a_runtime_is_refused() {
     assert_eq!(driver.run_pending(8), None);
     assert!(driver.is_closed());
 }
+
+/// An id created ahead (IDLE, nothing sent) connects when its REQ goes.
+#[tokio::test(flavor = "current_thread")]
+async fn async_created_id_requests_later() {
+    let (a, b) = devices();
+    let listener = b.listen(SERVICE_ID).unwrap();
+    let id = a.create_id().unwrap();
+    assert_eq!(id.state(), State::Idle);
+    assert_eq!(listener.pending(), 0);
+    let pending = id.request(request(&a, &b, next_qpn(), b"late")).unwrap();
+    assert_eq!(pending.state(), State::ReqSent);
+    let (a_conn, _b_conn) = bounded("connect", async {
+        let active = async { pending.wait_reply().await.unwrap().confirm(&[]).unwrap() };
+        tokio::join!(active, async {
+            let incoming = listener.accept().await.unwrap();
+            assert_eq!(&incoming.private_data()[..4], b"late");
+            incoming.accept(Reply::new(0x36)).await.unwrap()
+        })
+    })
+    .await;
+    assert_eq!(a_conn.state(), State::Established);
+}
