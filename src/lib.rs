@@ -8,7 +8,8 @@
 //!
 //! Rust users have their own door to the same engine, beside the C ABI:
 //! [`Device`], [`Listener`], [`Connection`] and the rest of [`api`],
-//! re-exported here.
+//! re-exported here; [`aio`] has the same with futures (its tokio adapter
+//! behind the `tokio` feature).
 pub mod abi;
 pub mod api;
 pub mod cm;
@@ -26,9 +27,10 @@ pub mod timer;
 pub mod transport;
 pub mod wire;
 
+pub use api::aio;
 pub use api::{
     AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device, Error,
-    Event, Gid, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState, QpType,
-    ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply, Side,
-    State,
+    Event, Gid, IdleId, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState,
+    QpType, ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply,
+    Side, State,
 };

@@ -102,9 +102,9 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     }
 }
 
-/// [`write`] for lines a program can provoke in a loop (a refused call):
-/// each `key` (the function refused) gets [`BURST`] lines at once, then one
-/// per [`REFILL`] (10 a second). Lines held back are counted, and the next
+/// [`write()`] for lines a program can provoke in a loop (a refused call):
+/// each `key` (the function refused) gets `BURST` lines at once, then one
+/// per `REFILL` (10 a second). Lines held back are counted, and the next
 /// line of the key that is written ends with how many: `[9990 suppressed]`.
 pub fn write_limited(key: &'static str, level: Level, args: std::fmt::Arguments<'_>) {
     let now = std::time::Instant::now();

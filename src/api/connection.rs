@@ -1,15 +1,19 @@
 //! The active side's request, and a connection of either side.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::error::{Error, Result, call};
 use super::event::{Event, RepInfo, ReqInfo};
 use super::handle::IdHandle;
+use super::params::ConnectRequest;
 use super::qp::{QpAttributes, QpState, qp_attributes};
 use super::queue::{Popped, Queue};
 use super::types::{RejectReason, State};
 use crate::cm;
+use crate::cm::id::CmIdPriv;
 
 /// How long `disconnect` waits for the peer's DREQ whose state change it
 /// saw.
@@ -48,19 +52,57 @@ pub(super) fn take_until(
             }
             Popped::Finished => break Err(Error::Closed { op }),
         };
-        match step(event) {
-            Step::Done => break Ok(()),
-            Step::DoneKeeping(event) => {
-                kept.push(event);
-                break Ok(());
-            }
-            Step::Keep(event) => kept.push(event),
-            Step::Next => {}
-            Step::Fail(e) => break Err(e),
+        if let Some(result) = settle(step(event), &mut kept) {
+            break result;
         }
     };
     queue.put_back(kept);
     result
+}
+
+/// [`take_until`] for a future (the async API): the same steps, without a
+/// deadline (a runtime's timeout wraps the future). The events kept go back
+/// before every `Pending`, so a future dropped while it waits leaves the
+/// queue as it found it, less the events its steps consumed.
+pub(super) async fn take_until_async(
+    queue: &Queue<Event>,
+    op: &'static str,
+    mut step: impl FnMut(Event) -> Step,
+) -> Result<()> {
+    let mut waiter = queue.waiter();
+    std::future::poll_fn(|cx| {
+        let mut kept = Vec::new();
+        let outcome = loop {
+            let event = match waiter.poll_pop(cx) {
+                Poll::Ready(Some(event)) => event,
+                Poll::Ready(None) => break Poll::Ready(Err(Error::Closed { op })),
+                Poll::Pending => break Poll::Pending,
+            };
+            if let Some(result) = settle(step(event), &mut kept) {
+                break Poll::Ready(result);
+            }
+        };
+        queue.put_back(kept);
+        outcome
+    })
+    .await
+}
+
+/// What a step's answer means for the wait: `Some` ends it.
+fn settle(step: Step, kept: &mut Vec<Event>) -> Option<Result<()>> {
+    match step {
+        Step::Done => Some(Ok(())),
+        Step::DoneKeeping(event) => {
+            kept.push(event);
+            Some(Ok(()))
+        }
+        Step::Keep(event) => {
+            kept.push(event);
+            None
+        }
+        Step::Next => None,
+        Step::Fail(e) => Some(Err(e)),
+    }
 }
 
 /// The error a REJ received by `op` stands for.
@@ -70,6 +112,43 @@ fn rejected(op: &'static str, reason: RejectReason, ari: Vec<u8>, pd: Vec<u8>) -
         reason,
         ari,
         private_data: pd,
+    }
+}
+
+/// A CM id of a device with nothing sent yet (IDLE, `ib_create_cm_id`),
+/// from [`Device::create_id`](super::Device::create_id):
+/// [`request`](IdleId::request) sends its REQ. Creating ids ahead keeps
+/// their cost out of the connect; [`Device::request`](super::Device::request)
+/// does both at once. Dropping it destroys the id (nothing to send).
+pub struct IdleId {
+    handle: IdHandle,
+}
+
+impl IdleId {
+    pub(super) fn new(handle: IdHandle) -> Self {
+        Self { handle }
+    }
+
+    /// The id's state (IDLE).
+    pub fn state(&self) -> State {
+        self.handle.state()
+    }
+
+    /// Sends the REQ, as [`Device::request`](super::Device::request); on a
+    /// refusal the id is destroyed.
+    pub fn request(self, request: ConnectRequest) -> Result<OutgoingRequest> {
+        call("IdleId::request", || {
+            cm::send_req(&self.handle.id, &request.params)
+        })?;
+        Ok(OutgoingRequest::new(self.handle, request.rtu_private_data))
+    }
+}
+
+impl std::fmt::Debug for IdleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdleId")
+            .field("id", &self.handle.id)
+            .finish()
     }
 }
 
@@ -105,29 +184,51 @@ impl OutgoingRequest {
     pub fn wait_reply(self) -> Result<ReceivedReply> {
         let op = "OutgoingRequest::wait_reply";
         let mut rep = None;
-        take_until(&self.handle.events, op, None, |event| match event {
-            Event::RepReceived(info) => {
-                rep = Some(info);
-                Step::Done
-            }
-            // The peer needs longer: the CM waits longer.
-            Event::MraReceived { .. } => Step::Next,
-            Event::RejReceived {
-                reason,
-                ari,
-                private_data,
-            } => Step::Fail(rejected(op, reason, ari, private_data)),
-            Event::ReqError { status } => Step::Fail(Error::NoAnswer { op, status }),
-            other => Step::Fail(Error::Unexpected {
-                op,
-                event: Box::new(other),
-            }),
+        take_until(&self.handle.events, op, None, |event| {
+            reply_step(op, event, &mut rep)
         })?;
-        Ok(ReceivedReply {
-            handle: self.handle,
-            rep: rep.unwrap_or_else(|| unreachable!("take_until ends with a REP or an error")),
-            rtu_private_data: self.rtu_private_data,
+        Ok(self.replied(rep))
+    }
+
+    /// [`wait_reply`](OutgoingRequest::wait_reply) for the async API.
+    pub(super) async fn wait_reply_async(self) -> Result<ReceivedReply> {
+        let op = "OutgoingRequest::wait_reply";
+        let mut rep = None;
+        take_until_async(&self.handle.events, op, |event| {
+            reply_step(op, event, &mut rep)
         })
+        .await?;
+        Ok(self.replied(rep))
+    }
+
+    fn replied(self, rep: Option<Box<RepInfo>>) -> ReceivedReply {
+        ReceivedReply {
+            handle: self.handle,
+            rep: rep.unwrap_or_else(|| unreachable!("the wait ends with a REP or an error")),
+            rtu_private_data: self.rtu_private_data,
+        }
+    }
+}
+
+/// What waiting for a REP does with `event`; the REP goes to `rep`.
+fn reply_step(op: &'static str, event: Event, rep: &mut Option<Box<RepInfo>>) -> Step {
+    match event {
+        Event::RepReceived(info) => {
+            *rep = Some(info);
+            Step::Done
+        }
+        // The peer needs longer: the CM waits longer.
+        Event::MraReceived { .. } => Step::Next,
+        Event::RejReceived {
+            reason,
+            ari,
+            private_data,
+        } => Step::Fail(rejected(op, reason, ari, private_data)),
+        Event::ReqError { status } => Step::Fail(Error::NoAnswer { op, status }),
+        other => Step::Fail(Error::Unexpected {
+            op,
+            event: Box::new(other),
+        }),
     }
 }
 
@@ -331,24 +432,46 @@ impl Connection {
         }
         let mut drep = Vec::new();
         let id = &self.handle.id;
-        take_until(&self.handle.events, op, None, |event| match event {
-            Event::DrepReceived { private_data } => {
-                drep = private_data;
-                Step::Done
-            }
-            Event::DreqError { status } => Step::Fail(Error::NoAnswer { op, status }),
-            Event::RejReceived {
-                reason,
-                ari,
-                private_data,
-            } => Step::Fail(rejected(op, reason, ari, private_data)),
-            Event::DreqReceived { private_data } => {
-                // What the kernel's destroy would answer.
-                let _ = cm::send_drep(id, None);
-                Step::Fail(Error::DisconnectCrossed { op, private_data })
-            }
-            other => Step::Keep(other),
+        take_until(&self.handle.events, op, None, |event| {
+            disconnect_step(op, id, event, &mut drep)
         })?;
+        Ok(drep)
+    }
+
+    /// [`disconnect`](Connection::disconnect) for the async API.
+    /// `peer_dreq_taken`: the user has the peer's DREQ event already, so a
+    /// refusal in DREQ_RCVD is the answer (there is nothing to wait for).
+    pub(super) async fn disconnect_async(
+        &mut self,
+        private_data: &[u8],
+        peer_dreq_taken: bool,
+    ) -> Result<Vec<u8>> {
+        let op = "Connection::disconnect";
+        if let Err(refused) = call(op, || cm::send_dreq(&self.handle.id, Some(private_data))) {
+            if peer_dreq_taken || self.handle.state() != State::DreqRcvd {
+                return Err(refused);
+            }
+            // The peer's DREQ came first; its event is on its way (the
+            // engine changed the state before it queued the event).
+            let mut crossed = None;
+            take_until_async(&self.handle.events, op, |event| match event {
+                Event::DreqReceived { private_data } => {
+                    crossed = Some(private_data);
+                    Step::Done
+                }
+                other => Step::Keep(other),
+            })
+            .await?;
+            let private_data = crossed.unwrap_or_default();
+            let _ = cm::send_drep(&self.handle.id, None);
+            return Err(Error::DisconnectCrossed { op, private_data });
+        }
+        let mut drep = Vec::new();
+        let id = &self.handle.id;
+        take_until_async(&self.handle.events, op, |event| {
+            disconnect_step(op, id, event, &mut drep)
+        })
+        .await?;
         Ok(drep)
     }
 
@@ -447,6 +570,52 @@ impl Connection {
         })?;
         // Nothing follows the end of timewait: what is queued came before.
         Ok(std::iter::from_fn(|| self.handle.events.try_pop()).collect())
+    }
+
+    /// [`next_event`](Connection::next_event) for the async API.
+    pub(super) async fn next_event_async(&mut self) -> Result<Event> {
+        let mut waiter = self.handle.events.waiter();
+        match std::future::poll_fn(|cx| waiter.poll_pop(cx)).await {
+            Some(event) => Ok(event),
+            None => Err(Error::Closed {
+                op: "Connection::next_event",
+            }),
+        }
+    }
+
+    /// [`wait_closed`](Connection::wait_closed) for the async API, without
+    /// a bound (a runtime's timeout wraps it).
+    pub(super) async fn wait_closed_async(&mut self) -> Result<Vec<Event>> {
+        let op = "Connection::wait_closed";
+        take_until_async(&self.handle.events, op, |event| match event {
+            Event::TimewaitExit => Step::Done,
+            other => Step::Keep(other),
+        })
+        .await?;
+        Ok(std::iter::from_fn(|| self.handle.events.try_pop()).collect())
+    }
+}
+
+/// What waiting for the DREP does with `event` (the DREP's data goes to
+/// `drep`); a DREQ of the peer that crossed ours is answered, as the
+/// kernel's destroy would.
+fn disconnect_step(op: &'static str, id: &Arc<CmIdPriv>, event: Event, drep: &mut Vec<u8>) -> Step {
+    match event {
+        Event::DrepReceived { private_data } => {
+            *drep = private_data;
+            Step::Done
+        }
+        Event::DreqError { status } => Step::Fail(Error::NoAnswer { op, status }),
+        Event::RejReceived {
+            reason,
+            ari,
+            private_data,
+        } => Step::Fail(rejected(op, reason, ari, private_data)),
+        Event::DreqReceived { private_data } => {
+            let _ = cm::send_drep(id, None);
+            Step::Fail(Error::DisconnectCrossed { op, private_data })
+        }
+        other => Step::Keep(other),
     }
 }
 

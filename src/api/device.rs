@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::connection::{Connection, OutgoingRequest};
+use super::aio::StopSignal;
+use super::connection::{Connection, IdleId, OutgoingRequest};
 use super::error::{Result, call};
 use super::handle::IdHandle;
 use super::listener::Listener;
@@ -57,6 +58,8 @@ pub struct Device {
 /// The engine's device, closed when its last user goes.
 pub(super) struct DeviceShared {
     pub(super) engine: Arc<cm::device::Device>,
+    /// For a device of the async API: tells its driver the device closed.
+    pub(super) driver_stop: Option<Arc<StopSignal>>,
 }
 
 impl Drop for DeviceShared {
@@ -64,7 +67,12 @@ impl Drop for DeviceShared {
         // Every id of the API is destroyed by now (each holds this); ids the
         // user never saw (a REQ still queued for a gone listener) are let
         // go by close, which waits for the worker that long (2 s at most).
+        // In FD mode (async), close runs the events still queued for them
+        // here: they only refuse requests.
         let _ = cm::close_device(&self.engine);
+        if let Some(stop) = &self.driver_stop {
+            stop.stop();
+        }
     }
 }
 
@@ -81,7 +89,10 @@ impl Device {
     pub fn open(name: &str) -> Result<Device> {
         let engine = call("Device::open", || cm::open_device(name))?;
         Ok(Device {
-            shared: Arc::new(DeviceShared { engine }),
+            shared: Arc::new(DeviceShared {
+                engine,
+                driver_stop: None,
+            }),
         })
     }
 
@@ -120,6 +131,13 @@ impl Device {
     /// device. `EBUSY` if another listener has it.
     pub fn listen(&self, service_id: u64) -> Result<Listener> {
         Listener::new(&self.shared, service_id)
+    }
+
+    /// A new CM id of this device, nothing sent (`ib_create_cm_id`):
+    /// [`IdleId::request`] sends its REQ.
+    pub fn create_id(&self) -> Result<IdleId> {
+        let handle = call("Device::create_id", || IdHandle::create(&self.shared))?;
+        Ok(IdleId::new(handle))
     }
 
     /// Sends a REQ; the answer is awaited with

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::connection::{Connection, Side, Step, take_until};
+use super::connection::{Connection, Side, Step, take_until, take_until_async};
 use super::device::DeviceShared;
 use super::error::{Error, Result, call};
 use super::event::{Event, ReqInfo};
@@ -88,6 +88,18 @@ impl Listener {
             }),
         }
     }
+
+    /// [`accept`](Listener::accept) for the async API: a request is taken
+    /// only when the future returns it.
+    pub(super) async fn accept_async(&self) -> Result<IncomingRequest> {
+        let mut waiter = self.requests.waiter();
+        std::future::poll_fn(|cx| waiter.poll_pop(cx))
+            .await
+            // A listener's queue never finishes.
+            .ok_or(Error::Closed {
+                op: "Listener::accept",
+            })
+    }
 }
 
 impl Drop for Listener {
@@ -159,13 +171,38 @@ impl IncomingRequest {
     /// its node GUID when it dropped its request).
     pub fn reply(self, reply: Reply) -> Result<SentReply> {
         let op = "IncomingRequest::reply";
-        if let Err(refused) = call(op, || cm::send_rep(&self.handle.id, &reply.to_engine())) {
+        if let Err(refused) = self.send_rep(op, &reply) {
             return Err(self.why_gone(op).unwrap_or(refused));
         }
-        Ok(SentReply {
+        Ok(self.replied())
+    }
+
+    /// [`reply`](IncomingRequest::reply) for the async API.
+    pub(super) async fn reply_async(self, reply: Reply) -> Result<SentReply> {
+        let op = "IncomingRequest::reply";
+        if let Err(refused) = self.send_rep(op, &reply) {
+            return Err(self.why_gone_async(op).await.unwrap_or(refused));
+        }
+        Ok(self.replied())
+    }
+
+    /// [`accept`](IncomingRequest::accept) for the async API.
+    pub(super) async fn accept_async(self, reply: Reply) -> Result<Connection> {
+        self.reply_async(reply)
+            .await?
+            .wait_established_async()
+            .await
+    }
+
+    fn send_rep(&self, op: &'static str, reply: &Reply) -> Result<()> {
+        call(op, || cm::send_rep(&self.handle.id, &reply.to_engine()))
+    }
+
+    fn replied(self) -> SentReply {
+        SentReply {
             handle: self.handle,
             req: self.req,
-        })
+        }
     }
 
     /// The event that ended a request the peer gave up (its state went
@@ -176,25 +213,21 @@ impl IncomingRequest {
         }
         let deadline = Instant::now() + GONE_EVENT_WAIT;
         match self.handle.events.pop(Some(deadline)) {
-            Popped::Item(Event::RejReceived {
-                reason,
-                ari,
-                private_data,
-            }) => Some(Error::Rejected {
-                op,
-                reason,
-                ari,
-                private_data,
-            }),
-            Popped::Item(Event::RepError { status } | Event::ReqError { status }) => {
-                Some(Error::NoAnswer { op, status })
-            }
-            Popped::Item(other) => Some(Error::Unexpected {
-                op,
-                event: Box::new(other),
-            }),
+            Popped::Item(event) => Some(gone_error(op, event)),
             Popped::TimedOut | Popped::Finished => None,
         }
+    }
+
+    /// [`why_gone`](IncomingRequest::why_gone) for the async API: the event
+    /// comes (the engine queued it when it changed the state), or the queue
+    /// finishes.
+    async fn why_gone_async(&self, op: &'static str) -> Option<Error> {
+        if self.handle.state() != State::Idle {
+            return None;
+        }
+        let mut waiter = self.handle.events.waiter();
+        let event = std::future::poll_fn(|cx| waiter.poll_pop(cx)).await?;
+        Some(gone_error(op, event))
     }
 
     /// Rejects the request with `reason`, up to 72 bytes of additional
@@ -259,36 +292,28 @@ impl SentReply {
     pub fn wait_established(self) -> Result<Connection> {
         let op = "SentReply::wait_established";
         let mut rtu_private_data = None;
-        take_until(&self.handle.events, op, None, |event| match event {
-            Event::RtuReceived { private_data } => {
-                rtu_private_data = Some(private_data);
-                Step::Done
-            }
-            Event::UserEstablished => Step::Done,
-            // The RTU was lost, and the peer disconnects already.
-            dreq @ Event::DreqReceived { .. } => Step::DoneKeeping(dreq),
-            // The peer needs longer: the CM waits longer.
-            Event::MraReceived { .. } => Step::Next,
-            Event::RejReceived {
-                reason,
-                ari,
-                private_data,
-            } => Step::Fail(Error::Rejected {
-                op,
-                reason,
-                ari,
-                private_data,
-            }),
-            Event::RepError { status } => Step::Fail(Error::NoAnswer { op, status }),
-            other => Step::Fail(Error::Unexpected {
-                op,
-                event: Box::new(other),
-            }),
+        take_until(&self.handle.events, op, None, |event| {
+            establish_step(op, event, &mut rtu_private_data)
         })?;
+        Ok(self.established(rtu_private_data))
+    }
+
+    /// [`wait_established`](SentReply::wait_established) for the async API.
+    pub(super) async fn wait_established_async(self) -> Result<Connection> {
+        let op = "SentReply::wait_established";
+        let mut rtu_private_data = None;
+        take_until_async(&self.handle.events, op, |event| {
+            establish_step(op, event, &mut rtu_private_data)
+        })
+        .await?;
+        Ok(self.established(rtu_private_data))
+    }
+
+    fn established(self, rtu_private_data: Option<Vec<u8>>) -> Connection {
         let mut conn = Connection::new(self.handle, Side::Passive);
         conn.req = Some(self.req);
         conn.rtu_private_data = rtu_private_data;
-        Ok(conn)
+        conn
     }
 
     /// Tells the CM the QP received traffic before the RTU
@@ -306,5 +331,58 @@ impl std::fmt::Debug for SentReply {
         f.debug_struct("SentReply")
             .field("id", &self.handle.id)
             .finish()
+    }
+}
+
+/// The error the event `event` stands for, that came to a request the peer
+/// gave up.
+fn gone_error(op: &'static str, event: Event) -> Error {
+    match event {
+        Event::RejReceived {
+            reason,
+            ari,
+            private_data,
+        } => Error::Rejected {
+            op,
+            reason,
+            ari,
+            private_data,
+        },
+        Event::RepError { status } | Event::ReqError { status } => Error::NoAnswer { op, status },
+        other => Error::Unexpected {
+            op,
+            event: Box::new(other),
+        },
+    }
+}
+
+/// What waiting for the RTU does with `event` (the RTU's data goes to
+/// `rtu_private_data`).
+fn establish_step(op: &'static str, event: Event, rtu_private_data: &mut Option<Vec<u8>>) -> Step {
+    match event {
+        Event::RtuReceived { private_data } => {
+            *rtu_private_data = Some(private_data);
+            Step::Done
+        }
+        Event::UserEstablished => Step::Done,
+        // The RTU was lost, and the peer disconnects already.
+        dreq @ Event::DreqReceived { .. } => Step::DoneKeeping(dreq),
+        // The peer needs longer: the CM waits longer.
+        Event::MraReceived { .. } => Step::Next,
+        Event::RejReceived {
+            reason,
+            ari,
+            private_data,
+        } => Step::Fail(Error::Rejected {
+            op,
+            reason,
+            ari,
+            private_data,
+        }),
+        Event::RepError { status } => Step::Fail(Error::NoAnswer { op, status }),
+        other => Step::Fail(Error::Unexpected {
+            op,
+            event: Box::new(other),
+        }),
     }
 }

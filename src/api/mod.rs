@@ -39,6 +39,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod aio;
 mod connection;
 mod device;
 mod error;
@@ -50,7 +51,7 @@ mod qp;
 mod queue;
 mod types;
 
-pub use connection::{Connection, OutgoingRequest, ReceivedReply, Side};
+pub use connection::{Connection, IdleId, OutgoingRequest, ReceivedReply, Side};
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::{Event, RepInfo, ReqInfo};

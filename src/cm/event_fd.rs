@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -90,6 +90,20 @@ impl EventQueue {
         let s = self.state.lock();
         match &s.fd {
             Some(fd) if s.fd_mode => Ok(fd.as_raw_fd()),
+            _ => Err(not_fd_mode()),
+        }
+    }
+
+    /// A descriptor of its own for the eventfd, for an owner that may keep it
+    /// registered with a reactor after the device closes its own (the Rust
+    /// API's async driver); `-EINVAL` unless the device is in FD mode.
+    pub fn dup_fd(&self) -> CmResult<OwnedFd> {
+        let s = self.state.lock();
+        match &s.fd {
+            Some(fd) if s.fd_mode => fd
+                .try_clone()
+                .map(OwnedFd::from)
+                .map_err(|e| e.raw_os_error().map_or(ENOMEM, Errno)),
             _ => Err(not_fd_mode()),
         }
     }

@@ -6,8 +6,8 @@
 //! library's tables before it is used, so NULL, stale and foreign pointers give
 //! `-EINVAL` instead of a crash; a panic never crosses into C; in a child
 //! forked from a process using the library, every call fails with
-//! `-EOWNERDEAD` (see [`fork`]). A refused call says why in one line at
-//! `info` (see [`api`] and [`crate::refusal`]).
+//! `-EOWNERDEAD` (see `fork.rs`). A refused call says why in one line at
+//! `info` (see `ffi/api.rs` and [`crate::refusal`]).
 
 mod api;
 mod device;

@@ -883,7 +883,7 @@ impl Switch {
 
     /// `ib_cm_listen` of a process: exact match (`mask` all ones), every port
     /// (0) or one. `-EBUSY` when another process listens on it already,
-    /// `-ENOMEM` beyond [`MAX_LISTENS_PER_PROCESS`] or its user's
+    /// `-ENOMEM` beyond `MAX_LISTENS_PER_PROCESS` or its user's
     /// [`Quotas::listens`].
     ///
     /// Invariant (it makes the process's Unlistens exact, even the one after

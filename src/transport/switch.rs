@@ -3,7 +3,7 @@
 //! `/run/ib_cm/ibcmd.sock`); the daemon gave this process a slice of the
 //! local comm ID space and routes to it what is addressed there, and the
 //! REQs of the service IDs it listens on. A process that may open umad
-//! sends most of its MADs itself, with a send-only agent ([`DirectRoute`]).
+//! sends most of its MADs itself, with a send-only agent (`DirectRoute`).
 //!
 //! When no daemon runs (no socket, or nobody behind it) the device is opened
 //! through umad as before. When the daemon goes away, the reader logs it once

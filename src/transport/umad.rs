@@ -883,7 +883,7 @@ pub fn wake_worker_poll() {
 /// The CM worker's wait while ports are in its set: one `ppoll` on its
 /// eventfd and every port's fd, `timeout` at most (`None`: until a port has
 /// input or [`wake_worker_poll`] is called; `Some(Duration::ZERO)`: a look
-/// without waiting); then what each readable port has, [`WORKER_DRAIN`] MADs
+/// without waiting); then what each readable port has, `WORKER_DRAIN` MADs
 /// at most, goes to the port's `RecvFn` as a reader thread's does.
 ///
 /// `Err` when `ppoll` itself fails (not `EINTR`): the caller must not call

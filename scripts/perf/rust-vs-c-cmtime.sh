@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Rust API against the C ABI on the same engine (issue 32): ibcm-cmtime
+# (tools/ibcm-cmtime.c, through libib_cm.so) and examples/cmtime.rs (through
+# ib_cm::aio), alternating in one run, on the in-process fabric (loop0 →
+# loop1). Prints each round's totals, then per phase the medians and the
+# ratio Rust / C (the issue's target: at most 1.05 in connect and disconnect).
+#
+#   scripts/perf/rust-vs-c-cmtime.sh [ROUNDS [CONNECTIONS]]   (default 5, 10000)
+#
+# Builds what it runs: the staged library and ibcm-cmtime as `make run` does,
+# and the example in release mode (both with fat LTO: a few minutes cold).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${1:-5}
+CONNS=${2:-10000}
+BUILD=${BUILD:-$PWD/build}
+STAGE=$BUILD/stage
+
+echo "building (log: $BUILD/rust-vs-c-build.log)" >&2
+mkdir -p "$BUILD"
+{
+	make --no-print-directory -s stage BUILD="$BUILD"
+	${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -I"$STAGE/include" tools/ibcm-cmtime.c \
+		-L"$STAGE/lib" -lib_cm -pthread -o "$BUILD/ibcm-cmtime"
+	cargo build --locked --release --features tokio --example cmtime
+} >"$BUILD/rust-vs-c-build.log" 2>&1 || { cat "$BUILD/rust-vs-c-build.log"; exit 1; }
+
+C_TOOL=("$BUILD/ibcm-cmtime" -c "$CONNS")
+RUST_TOOL=(target/release/examples/cmtime -c "$CONNS")
+
+# "connect disconnect" total(ms) of one run's table.
+totals() {
+	awk '$1 == "connect" { c = $2 } $1 == "disconnect" { d = $2 } END { print c, d }'
+}
+
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for round in $(seq 1 "$ROUNDS"); do
+	c=$(LD_LIBRARY_PATH="$STAGE/lib" "${C_TOOL[@]}" 2>/dev/null | totals)
+	r=$("${RUST_TOOL[@]}" 2>/dev/null | totals)
+	echo "round $round: C connect/disconnect $c ms, Rust $r ms" >&2
+	echo "$c $r" >>"$results"
+done
+
+python3 - "$results" "$CONNS" "$ROUNDS" <<'PY'
+import statistics, sys
+rows = [list(map(float, line.split())) for line in open(sys.argv[1])]
+conns, rounds = sys.argv[2], sys.argv[3]
+print(f"ibcm-cmtime (C ABI) vs examples/cmtime.rs (Rust API, ib_cm::aio), "
+      f"{conns} connections, loop0 -> loop1, {rounds} rounds alternating; medians:")
+print(f"{'phase':<12} {'C total(ms)':>12} {'Rust total(ms)':>15} {'Rust / C':>9}")
+for k, phase in enumerate(["connect", "disconnect"]):
+    c = statistics.median(r[k] for r in rows)
+    rust = statistics.median(r[2 + k] for r in rows)
+    print(f"{phase:<12} {c:>12.2f} {rust:>15.2f} {rust / c:>9.3f}")
+PY

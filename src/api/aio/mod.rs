@@ -1,0 +1,192 @@
+//! The async API: the same devices, listeners and connections as the
+//! blocking API, whose waits are futures.
+//!
+//! A device of this API is opened in the CM's event-fd mode
+//! (`IBCM_EVENTS_FD`): the library's worker receives MADs and runs the
+//! timers as always, but queues the handler calls of the device's ids instead
+//! of running them; a [`Driver`] runs them on the program's own reactor when
+//! the device's eventfd turns readable. Each handler only moves its event to
+//! the queue of its listener or connection and wakes the futures waiting
+//! there. So `listener.accept().await`, `device.connect(request).await`,
+//! `conn.disconnect(data).await` and `conn.next_event().await` need no thread
+//! of their own, and a single-threaded runtime runs everything but the
+//! library's worker.
+//!
+//! Why event-fd mode rather than the worker's handlers waking the futures
+//! directly (which would work too, with no descriptor at all): the events
+//! then reach the futures on the runtime's own thread, so a wake is a local
+//! one on a single-threaded runtime instead of a cross-thread unpark per
+//! event, and the worker never runs user-visible code; it is also the mode
+//! C programs with an event loop use, so both doors share one tested path.
+//! The price is that some task must drive the device:
+//! `Device::open_tokio` (feature `tokio`) spawns it on tokio, [`Device::open`] hands the
+//! [`Driver`] to the program for any other runtime.
+//!
+//! A device is either blocking or async (the mode is the device's): open it
+//! with [`crate::Device::open`] or with this module's [`Device`].
+//!
+//! Every future is cancel-safe: dropping one that waits loses nothing.
+//! [`Listener::accept`] takes a request only when it returns it, and the
+//! events a wait passed over stay, in order, for the next call. Dropping a
+//! future that owns a request (from [`Device::connect`]) or a value that
+//! owns a CM id does what `ib_destroy_cm_id` does in its state, at once,
+//! and never waits for the peer; it may wait for a handler of that id
+//! running on another thread, and those only queue.
+//!
+//! ```
+//! # #[cfg(feature = "tokio")]
+//! # fn main() -> ib_cm::Result<()> {
+//! use ib_cm::aio::Device;
+//! use ib_cm::{ConnectRequest, Event, Reply};
+//!
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+//! rt.block_on(async {
+//!     let (a, b) = (Device::open_tokio("loop0")?, Device::open_tokio("loop1")?);
+//!     let listener = b.listen(0x1234)?;
+//!     let path = a.path_to(1, b.gid(1, 0)?)?;
+//!     let server = async {
+//!         let mut conn = listener.accept().await?.accept(Reply::new(0x22)).await?;
+//!         let Event::DreqReceived { private_data } = conn.next_event().await? else {
+//!             panic!()
+//!         };
+//!         conn.reply_disconnect(b"bye to you too")?; // DREP
+//!         ib_cm::Result::Ok(private_data)
+//!     };
+//!     let client = async {
+//!         let mut conn = a.connect(ConnectRequest::builder(path, 0x1234, 0x11).build()).await?;
+//!         conn.disconnect(b"bye").await // DREQ out, DREP in
+//!     };
+//!     let (dreq, drep) = tokio::join!(server, client);
+//!     assert!(dreq?.starts_with(b"bye"));
+//!     assert!(drep?.starts_with(b"bye to you too"));
+//!     Ok(())
+//! })
+//! # }
+//! # #[cfg(not(feature = "tokio"))]
+//! # fn main() {}
+//! ```
+
+mod conn;
+mod driver;
+#[cfg(feature = "tokio")]
+mod tokio;
+
+use std::sync::Arc;
+
+pub use conn::{
+    Connection, IdleId, IncomingRequest, Listener, OutgoingRequest, ReceivedReply, SentReply,
+};
+pub use driver::Driver;
+pub(crate) use driver::StopSignal;
+
+use super::device::DeviceShared;
+use super::error::{Result, call};
+use super::params::ConnectRequest;
+use super::types::{Gid, Path};
+use crate::abi::ibcm_event_mode::IBCM_EVENTS_FD;
+use crate::cm;
+
+/// An open device whose waits are futures (see the [module](self)); a
+/// handle, as [`crate::Device`] is: clones share it, and it closes when the
+/// last handle, listener and connection are gone.
+#[derive(Clone)]
+pub struct Device {
+    inner: crate::Device,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("aio::Device").field(&self.name()).finish()
+    }
+}
+
+impl Device {
+    /// Opens device `name` (`loop0`, `rxe0`, `mlx5_0`, as
+    /// [`crate::Device::open`]) in event-fd mode, and the [`Driver`] that
+    /// must run its events on the program's reactor for any future of the
+    /// device to finish.
+    pub fn open(name: &str) -> Result<(Device, Driver)> {
+        let op = "aio::Device::open";
+        let engine = call(op, || cm::open_device(name))?;
+        // Closes the device again if a step below fails.
+        let mut shared = DeviceShared {
+            engine,
+            driver_stop: None,
+        };
+        call(op, || cm::set_event_mode(&shared.engine, IBCM_EVENTS_FD))?;
+        let fd = call(op, || shared.engine.events.dup_fd())?;
+        let stop = Arc::new(StopSignal::default());
+        shared.driver_stop = Some(stop.clone());
+        let driver = Driver {
+            engine: shared.engine.clone(),
+            fd,
+            stop,
+        };
+        let inner = crate::Device {
+            shared: Arc::new(shared),
+        };
+        Ok((Device { inner }, driver))
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// The node GUID (host order).
+    pub fn node_guid(&self) -> u64 {
+        self.inner.node_guid()
+    }
+
+    /// The GID at `index` of port `port_num`, as [`crate::Device::gid`].
+    pub fn gid(&self, port_num: u8, index: u8) -> Result<Gid> {
+        self.inner.gid(port_num, index)
+    }
+
+    /// A path from port `port_num` to the port with GID `dgid`, as
+    /// [`crate::Device::path_to`]: made at once on the in-process fabric and
+    /// RoCE; on InfiniBand it asks the subnet manager and blocks the thread
+    /// for the answer (seconds at worst), so call it where blocking is
+    /// allowed there (tokio's `spawn_blocking`).
+    pub fn path_to(&self, port_num: u8, dgid: Gid) -> Result<Path> {
+        self.inner.path_to(port_num, dgid)
+    }
+
+    /// Listens for connection requests to `service_id` (host order), as
+    /// [`crate::Device::listen`].
+    pub fn listen(&self, service_id: u64) -> Result<Listener> {
+        self.inner.listen(service_id).map(Listener)
+    }
+
+    /// A new CM id of this device, nothing sent, as
+    /// [`crate::Device::create_id`].
+    pub fn create_id(&self) -> Result<IdleId> {
+        self.inner.create_id().map(IdleId)
+    }
+
+    /// Sends a REQ (without waiting); [`OutgoingRequest::wait_reply`]
+    /// waits for the answer.
+    pub fn request(&self, request: ConnectRequest) -> Result<OutgoingRequest> {
+        self.inner.request(request).map(OutgoingRequest)
+    }
+
+    /// Connects: sends the REQ, waits for the REP and answers it with the
+    /// RTU, as [`crate::Device::connect`]. Dropping the future before it is
+    /// done cancels the request (a REJ to the peer).
+    pub async fn connect(&self, request: ConnectRequest) -> Result<Connection> {
+        let conn = self
+            .inner
+            .request(request)?
+            .wait_reply_async()
+            .await?
+            .confirm_with_request_data()?;
+        Ok(Connection::new(conn))
+    }
+
+    /// Fault injection on the in-process fabric (tests), as
+    /// [`crate::Device::drop_next_sent`].
+    #[doc(hidden)]
+    pub fn drop_next_sent(&self, attr_id: u16, count: u32) -> Result<()> {
+        self.inner.drop_next_sent(attr_id, count)
+    }
+}
