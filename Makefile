@@ -16,9 +16,10 @@
 #                 engine's lifecycle races under TSan (IBCM_STRESS_SECONDS each)
 #   make ibfabric the InfiniBand scenarios on a simulated fabric (ibsim, OpenSM,
 #                 umad2sim; c-tests/ibfabric/; about 60 s; skipped without them)
-#   make ibscale  only the all-to-alls, one CM process an HCA: 16 HCAs in a ring
-#                 of switches and 64 and 128 in fat trees, without and with
-#                 packet drops (16 and 64 with drops are part of ibfabric)
+#   make ibscale  only the all-to-alls: 16 HCAs in a ring of switches, 64 and 128
+#                 in fat trees, without and with packet drops (16 and 64 with
+#                 drops are part of ibfabric), then the grid: 16..128 HCAs x
+#                 no path cache / per-process / ibcmd's, a table and a plot
 
 PREFIX   ?= /usr/local
 BUILD    ?= $(CURDIR)/build
@@ -166,7 +167,11 @@ ibfabric: c-build
 # The all-to-all (16 CM processes, one per HCA; needs the ibsim that
 # scripts/install-deps.sh builds under build/ibsim).
 ibscale: c-build
-	cd $(BUILD)/c && ctest --output-on-failure --timeout 300 -L ibscale
+	cd $(BUILD)/c && ctest --output-on-failure --timeout 600 -L ibscale
+	@# The grid (issue 33): N in 16..128 HCAs x no cache / per-process / ibcmd
+	@# cache; a table and a plot in build/ibscale (docs/infiniband.md).
+	IBCMD=$(STAGE)/sbin/ibcmd IBCMD_HARNESS=$(BUILD)/c/libibcmd_harness.so \
+	  c-tests/ibfabric/grid.sh $(BUILD)/c/ibfabric_peer $(BUILD)/c/ibfabric-logs/grid $(BUILD)/ibscale
 
 c-asan: stage
 	$(call c_suite,$(BUILD)/c-asan,-DIBCM_SANITIZE=address)

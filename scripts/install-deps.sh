@@ -4,7 +4,8 @@
 # libibverbs-dev (verbs.h for one test), mandoc and groff (man pages),
 # tshark (test_pcap_tshark), dpkg-dev, lintian and a systemd-sysusers (make
 # deb, deb-check), ibsim, OpenSM and infiniband-diags (the simulated
-# InfiniBand fabric), strace (ibfabric.review-b's fault injection), an ibsim for the all-to-all (built under
+# InfiniBand fabric), strace (ibfabric.review-b's fault injection), gnuplot (make ibscale's
+# plot), an ibsim for the all-to-all (built under
 # build/ from third_party/, see build_ibsim below), a pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.
 set -euo pipefail
@@ -14,7 +15,8 @@ need_apt=()
 for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils readelf:binutils \
             mandoc:mandoc groff:groff-base \
             dpkg-gensymbols:dpkg-dev lintian:lintian systemd-sysusers:systemd-standalone-sysusers \
-            ibsim:ibsim-utils opensm:opensm saquery:infiniband-diags strace:strace; do
+            ibsim:ibsim-utils opensm:opensm saquery:infiniband-diags strace:strace \
+            gnuplot:gnuplot-nox; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # <infiniband/verbs.h>, for the C test of ib_cm_init_qp_attr.

@@ -784,6 +784,33 @@ pub struct ibcm_stats {
     pub queued: u64,
 }
 
+/// What the process's path cache has done (`ibcm_get_path_cache_counters()`),
+/// since the process started: the answers `ibcm_init_path` got from it and
+/// the SA queries it made. The SA saw `misses + busy_backoffs` queries.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibcm_path_cache_counters {
+    /// Paths answered from the cache.
+    pub hits: u64,
+    /// Paths asked of the SA: none was kept (every ask, with the cache off).
+    pub misses: u64,
+    /// Asks that found the same query in flight and shared its outcome.
+    pub coalesced: u64,
+    /// Answers dropped because their port changed or a REQ to their
+    /// destination timed out.
+    pub invalidations: u64,
+    /// Answers dropped at the end of their TTL.
+    pub expirations: u64,
+    /// Answers dropped to make room (the oldest first).
+    pub evictions: u64,
+    /// Queries asked again after the SA answered Busy.
+    pub busy_backoffs: u64,
+    /// Answers the cache holds now.
+    pub entries: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<ibcm_path_cache_counters>() == 8 * 8);
+
 /// `union ibv_gid` as a plain 16 bytes with its 8-byte alignment.
 #[repr(C, align(8))]
 #[derive(Debug, Clone, Copy, Default)]

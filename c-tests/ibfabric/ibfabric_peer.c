@@ -12,6 +12,8 @@
  *                                       and waits to be killed
  *   ibfabric_peer client DIR a|b        connects to DIR/server.gid's port
  *   ibfabric_peer patherr GUID ERRNO    ibcm_init_path to GUID fails with -ERRNO
+ *   ibfabric_peer sa-rate GUID COUNT    COUNT ibcm_init_path to GUID in a row:
+ *                                       the time each took (cache off)
  *   ibfabric_peer sidr-server DIR       answers a SIDR REQ (writes DIR/server.gid)
  *   ibfabric_peer sidr-client DIR       a SIDR REQ to it
  *   ibfabric_peer mesh DIR N I ROUNDS [lossy]
@@ -21,7 +23,17 @@
  *                                       writes DIR/ready.I once its paths are
  *                                       resolved and starts on DIR/go; all N
  *                                       are up before any disconnects;
- *                                       lossy: packet drops are on
+ *                                       lossy: packet drops are on.
+ *                                       IBFABRIC_MESH_LANES=P: P processes a
+ *                                       host (I = host * P + lane), each
+ *                                       connecting only to its lane on the
+ *                                       other hosts (P all-to-alls of the
+ *                                       hosts, an MPI job's ranks);
+ *                                       IBFABRIC_PATH_PER_CONNECTION=1: an
+ *                                       ibcm_init_path before each REQ (as
+ *                                       rdma_cm resolves a route per
+ *                                       connection), timed with the mesh,
+ *                                       instead of once per peer before it
  *   ibfabric_peer lap-server DIR        a connection that receives a LAP
  *   ibfabric_peer lap-client DIR SLID DLID   connects, then sends a LAP with
  *                                       the alternate path SLID -> DLID
@@ -426,16 +438,27 @@ static void wait_files(const char *dir, const char *what, int n) {
   }
 }
 
-#define MESH_MAX 256 /* the largest fat tree of make ibscale is 128 */
+#define MESH_MAX 1024 /* make ibscale: 128 HCAs x 8 processes behind ibcmd */
 
-/* The paths to every later process, from the SA, before any REQ: the
- * scenario with packet drops turns them on only after this. */
-static void mesh_paths(const char *dir, int n, int me, struct sa_path_rec *paths) {
+/* Whether processes `me` and `j` of the mesh connect: P (lanes) processes a
+ * host, each connected to its own lane on every other host. */
+static bool mesh_peers(int me, int j, int lanes) {
+  return me != j && me % lanes == j % lanes && me / lanes != j / lanes;
+}
+
+/* The GIDs of every later peer and, unless paths are resolved per
+ * connection, their paths from the SA, before any REQ: the scenario with
+ * packet drops turns them on only after this. */
+static void mesh_paths(const char *dir, int n, int me, int lanes, bool per_connection,
+                       union ib_gid *gids, struct sa_path_rec *paths) {
   for (int j = me + 1; j < n; j++) {
+    if (!mesh_peers(me, j, lanes))
+      continue;
     char peer_dir[512];
     snprintf(peer_dir, sizeof(peer_dir), "%s/%d", dir, j);
-    union ib_gid gid = read_gid(peer_dir);
-    path_to(&gid, &paths[j]);
+    gids[j] = read_gid(peer_dir);
+    if (!per_connection)
+      path_to(&gids[j], &paths[j]);
   }
 }
 
@@ -459,16 +482,28 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
   CHECK_EQ(ib_cm_listen(listener, htobe64(service_id() + (own ? (uint64_t)me : 0))), 0);
   set_drep_pattern();
   write_gid_as(dir, me);
+  const char *lanes_env = getenv("IBFABRIC_MESH_LANES");
+  int lanes = lanes_env ? atoi(lanes_env) : 1;
+  CHECK(lanes >= 1 && n % lanes == 0);
+  bool per_connection = getenv("IBFABRIC_PATH_PER_CONNECTION") != NULL;
   static struct sa_path_rec paths[MESH_MAX];
-  mesh_paths(dir, n, me, paths);
+  static union ib_gid gids[MESH_MAX];
+  mesh_paths(dir, n, me, lanes, per_connection, gids, paths);
   touch_as(dir, "ready", me);
   wait_files(dir, "go", 0);
   long long t0 = now_ms();
-  int actives = (n - 1 - me) * rounds, passives = me * rounds;
+  int actives = 0, passives = 0;
+  for (int j = 0; j < n; j++)
+    if (mesh_peers(me, j, lanes))
+      j > me ? actives++ : passives++;
+  actives *= rounds;
+  passives *= rounds;
   struct ib_cm_id **ids = calloc((size_t)actives + 1, sizeof(*ids));
   CHECK(ids != NULL);
   int k = 0;
   for (int j = me + 1; j < n; j++) {
+    if (!mesh_peers(me, j, lanes))
+      continue;
     struct conn_opts o;
     conn_opts_default(&o);
     o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
@@ -488,6 +523,8 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
       o.max_cm_retries = 15;
     }
     for (int r = 0; r < rounds; r++) {
+      if (per_connection)
+        path_to(&gids[j], &paths[j]);
       struct ib_cm_req_param req;
       req_param_init(&req, &paths[j], &o, next_qpn());
       ids[k] = create_id(dev_a, mesh_handler, NULL);
@@ -543,11 +580,15 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
            stateless, (unsigned long long)c.cm_tx_retries[IBCM_CNT_DREQ]);
     CHECK(c.cm_tx_retries[IBCM_CNT_DREQ] >= stateless);
   }
+  struct ibcm_path_cache_counters pc;
+  CHECK_EQ(ibcm_get_path_cache_counters(&pc), 0);
   printf("mesh %d/%d: %d connections (%d active, %d passive) up in %lld ms, down in %lld ms; "
          "%llu MADs sent, %llu retries, %llu duplicates received, %u stateless DREPs; "
+         "path cache: %llu hits, %llu SA queries, %llu coalesced; "
          "DREQ/DREP private data checked on each\n",
          me, n, actives + passives, actives, passives, t_up - t0, t_down - t_up, tx, retries, dups,
-         stateless);
+         stateless, (unsigned long long)pc.hits,
+         (unsigned long long)(pc.misses + pc.busy_backoffs), (unsigned long long)pc.coalesced);
   free(ids);
   ib_destroy_cm_id(listener);
   return 0;
@@ -859,6 +900,27 @@ int main(int argc, char **argv) {
     struct sa_path_rec path;
     path_to(&gid, &path);
     print_path(&path);
+    rc = 0;
+  } else if (!strcmp(argv[1], "sa-rate") && argc > 3) {
+    /* COUNT path queries one after the other (run with the path cache off:
+     * each one the SA's): the SA's service time as this fabric gives it. */
+    union ib_gid gid = gid_of_port(argv[2]);
+    int count = atoi(argv[3]);
+    CHECK(count > 0);
+    struct sa_path_rec path;
+    path_to(&gid, &path); /* the SA agent and the route warm */
+    long long t0 = now_ms();
+    for (int i = 0; i < count; i++)
+      path_to(&gid, &path);
+    long long took = now_ms() - t0;
+    struct ibcm_path_cache_counters pc;
+    CHECK_EQ(ibcm_get_path_cache_counters(&pc), 0);
+    printf("sa-rate: %d path queries in %lld ms: %.0f us each, %llu asked of the SA\n", count,
+           took, took * 1000.0 / count, (unsigned long long)(pc.misses + pc.busy_backoffs));
+    /* With the cache off (IBCM_PATH_CACHE_TTL_MS=0) every call is a query. */
+    const char *ttl = getenv("IBCM_PATH_CACHE_TTL_MS");
+    if (ttl && !strcmp(ttl, "0"))
+      CHECK_EQ(pc.misses + pc.busy_backoffs, (uint64_t)count + 1);
     rc = 0;
   } else if (!strcmp(argv[1], "patherr") && argc > 3) {
     union ib_gid gid = gid_of_port(argv[2]);

@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
+#   run.sh PEER LOGDIR path|sa-errors|sa-rate|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
 #          |fatN|fatN-drops (N HCAs in a two-level fat tree, fat_tree.py)
 #          |switch-mesh|switch-killed|switch-spoof|switch-hijack|switch-hostile-soak
 #
@@ -189,6 +189,13 @@ path|sa-async)
     paste sa.txt ibcm.txt
     [ -s sa.txt ] && diff sa.txt ibcm.txt
     ;;
+sa-rate)
+    # The SA's service time here: 2,000 path queries from Hca1 to Hca2 in a
+    # row, the path cache off (docs/infiniband.md's model of 1,000 and
+    # 10,000 hosts starts from it).
+    IBCM_PATH_CACHE_TTL_MS=0 on Hca1 "$peer" sa-rate "$(port_guid Hca2)" 2000 >peer.out 2>&1 || { cat peer.out; exit 1; }
+    grep '^sa-rate' peer.out
+    ;;
 sa-errors)
     # No such port: the SA answers with an error status (-EINVAL); then
     # without OpenSM, nobody answers (-ETIMEDOUT).
@@ -220,13 +227,34 @@ scale | scale-drops | fat*)
     # two links between Switch1 and Switch2 (both ways), and as many on one
     # link between Switch3 and Switch4; on a fat tree, entering both ends of
     # every link of Spine1.
-    count=$(echo $hcas | wc -w)
+    #
+    # IBCM_SCALE_MODE (the grid of make ibscale, ibfabric/grid.sh): off (no
+    # path cache: IBCM_PATH_CACHE_TTL_MS=0), process (each process's cache,
+    # the default) or ibcmd (one ibcmd an HCA, IBFABRIC_MESH_LANES processes
+    # behind each: their caches and the host's). IBFABRIC_PATH_PER_CONNECTION
+    # passes on to the mesh (an ibcm_init_path per REQ, timed with it).
+    hosts=$(echo $hcas | wc -w)
+    mode=${IBCM_SCALE_MODE:-process} lanes=${IBFABRIC_MESH_LANES:-1}
+    [ "$mode" = ibcmd ] || [ "$lanes" = 1 ] || { echo "IBFABRIC_MESH_LANES needs IBCM_SCALE_MODE=ibcmd"; exit 2; }
+    [ "$mode" = off ] && export IBCM_PATH_CACHE_TTL_MS=0
+    if [ "$mode" = ibcmd ]; then
+        [ -x "${IBCMD:-}" ] && [ -f "${IBCMD_HARNESS:-}" ] || { echo "SKIP: no ibcmd (IBCMD, IBCMD_HARNESS)"; exit 77; }
+        for hca in $hcas; do ibcmd_on "$hca"; done
+    fi
+    count=$((hosts * lanes))
     rounds=${IBCM_SCALE_ROUNDS:-2} n=0 mesh= on_timeout=${IBCM_SCALE_TIMEOUT:-150} lossy=
     case $scenario in *-drops) lossy=lossy ;; esac
     for hca in $hcas; do
-        on "$hca" "$peer" mesh "$dir" "$count" $n "$rounds" $lossy >mesh.$n.out 2>&1 &
-        mesh="$mesh $!"
-        n=$((n + 1))
+        for _ in $(seq "$lanes"); do
+            if [ "$mode" = ibcmd ]; then
+                IBFABRIC_SERVICE=0x12400000 IBCM_DEV_A=ibsim0 IBCM_SWITCH_SOCKET=$dir/$hca.sock \
+                    timeout "$on_timeout" "$peer" mesh "$dir" "$count" $n "$rounds" $lossy >mesh.$n.out 2>&1 &
+            else
+                on "$hca" "$peer" mesh "$dir" "$count" $n "$rounds" $lossy >mesh.$n.out 2>&1 &
+            fi
+            mesh="$mesh $!"
+            n=$((n + 1))
+        done
     done
     if mesh_ready && [ -n "$lossy" ]; then
         cp ibsim.log ibsim.log.before-drops
@@ -234,16 +262,43 @@ scale | scale-drops | fat*)
     fi
     started=$(date +%s.%N)
     touch go
-    failed=0
-    for p in $mesh; do wait "$p" || failed=1; done
+    failed=0 failed_procs=0
+    for p in $mesh; do wait "$p" || { failed=1; failed_procs=$((failed_procs + 1)); }; done
     took=$(echo "$(date +%s.%N) - $started" | bc)
     [ -n "$lossy" ] && set_drops 0
     cat mesh.*.out
-    echo "all-to-all on $n processes: $((n * (n - 1) / 2 * rounds)) connections up and down in $took s;" \
+    connections=$((hosts * (hosts - 1) / 2 * lanes * rounds))
+    # Time to full mesh: go until the last process had all its connections up.
+    up=$(sed -n 's/.* up in \([0-9]*\) ms,.*/\1/p' mesh.*.out | sort -n | tail -n 1)
+    # SA path queries: each process's own (its cache's misses), or through
+    # ibcmd what each host's daemon sent the SA; per host at most N-1 with
+    # the host's cache.
+    if [ "$mode" = ibcmd ]; then
+        sa=0 worst=0
+        for hca in $hcas; do
+            q=$(counter "$hca" tx_sa_queries) m=$(counter "$hca" path_cache_misses)
+            # A daemon that does not answer (10 s) fails the run; the others
+            # are not asked (each would cost 10 s more).
+            [ -n "$q" ] && [ -n "$m" ] || { echo "ibcmd on $hca did not give its counters"; failed=1; break; }
+            sa=$((sa + q))
+            [ "$m" -gt "$worst" ] && worst=$m
+            if [ -z "$lossy" ] && [ "$q" -gt $((hosts - 1)) ]; then
+                echo "ibcmd on $hca sent the SA $q path queries, more than the $((hosts - 1)) other hosts"
+                failed=1
+            fi
+        done
+        [ "$worst" -gt $((hosts - 1)) ] && { echo "an ibcmd missed its cache $worst times, more than $((hosts - 1))"; failed=1; }
+    else
+        sa=$(sed -n 's/.*path cache: [0-9]* hits, \([0-9]*\) SA queries.*/\1/p' mesh.*.out | awk '{s += $1} END {print s + 0}')
+    fi
+    echo "scale: mode $mode, $hosts hosts x $lanes processes, $connections connections, full mesh in ${up:-?} ms," \
+        "$sa SA path queries ($(echo "scale=1; $sa / $hosts" | bc) per host)"
+    echo "all-to-all on $n processes: $connections connections up and down in $took s;" \
         "$(sed -n 's/.*; \([0-9]*\) MADs sent, \([0-9]*\) retries, \([0-9]*\) dup.*, \([0-9]*\) stateless.*/\1 \2 \3 \4/p' mesh.*.out |
             awk '{m += $1; r += $2; d += $3; s += $4}
                  END {printf "%d MADs sent, %d retries, %d duplicates received, %d stateless DREPs", m, r, d, s}')"
     [ -n "$lossy" ] && dropped_report
+    echo "failed processes: $failed_procs"
     [ $failed = 0 ]
     ;;
 lap)

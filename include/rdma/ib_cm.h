@@ -733,6 +733,47 @@ struct ibcm_stats {
   uint64_t queued;
 };
 
+/*
+ What the process's path cache has done (`ibcm_get_path_cache_counters()`),
+ since the process started: the answers `ibcm_init_path` got from it and
+ the SA queries it made. The SA saw `misses + busy_backoffs` queries.
+ */
+struct ibcm_path_cache_counters {
+  /*
+   Paths answered from the cache.
+   */
+  uint64_t hits;
+  /*
+   Paths asked of the SA: none was kept (every ask, with the cache off).
+   */
+  uint64_t misses;
+  /*
+   Asks that found the same query in flight and shared its outcome.
+   */
+  uint64_t coalesced;
+  /*
+   Answers dropped because their port changed or a REQ to their
+   destination timed out.
+   */
+  uint64_t invalidations;
+  /*
+   Answers dropped at the end of their TTL.
+   */
+  uint64_t expirations;
+  /*
+   Answers dropped to make room (the oldest first).
+   */
+  uint64_t evictions;
+  /*
+   Queries asked again after the SA answered Busy.
+   */
+  uint64_t busy_backoffs;
+  /*
+   Answers the cache holds now.
+   */
+  uint64_t entries;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -987,6 +1028,17 @@ int ibcm_loop_set_loss(struct ib_device *device,
  A non-NULL `stats` points to writable memory for a `struct ibcm_stats`.
  */
 int ibcm_get_stats(struct ibcm_stats *stats);
+
+/*
+ What the process's path cache (the one `ibcm_init_path` asks through on
+ InfiniBand ports) has done since the process started, and how many
+ answers it holds.
+
+ # Safety
+ A non-NULL `counters` points to writable memory for a
+ `struct ibcm_path_cache_counters`.
+ */
+int ibcm_get_path_cache_counters(struct ibcm_path_cache_counters *counters);
 
 /*
  Chooses where the handlers of `device`'s cm_ids run: `IBCM_EVENTS_WORKER`

@@ -3,7 +3,10 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
 use super::{Refused, api, err_ptr, live_device, path};
-use crate::abi::{ib_device, ib_gid, ibcm_counters, ibcm_event_mode, ibcm_stats, sa_path_rec};
+use crate::abi::{
+    ib_device, ib_gid, ibcm_counters, ibcm_event_mode, ibcm_path_cache_counters, ibcm_stats,
+    sa_path_rec,
+};
 use crate::errno::{EIO, EOPNOTSUPP, Errno};
 use crate::refusal::{Rule, invalid, null, refuse};
 use crate::{cm, errno::CmResult};
@@ -222,6 +225,39 @@ pub unsafe extern "C" fn ibcm_get_stats(stats: *mut ibcm_stats) -> c_int {
         };
         // SAFETY: non-NULL and writable by the caller's promise.
         unsafe { stats.write(s) };
+        Ok(0)
+    })
+}
+
+/// What the process's path cache (the one `ibcm_init_path` asks through on
+/// InfiniBand ports) has done since the process started, and how many
+/// answers it holds.
+///
+/// # Safety
+/// A non-NULL `counters` points to writable memory for a
+/// `struct ibcm_path_cache_counters`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_get_path_cache_counters(
+    counters: *mut ibcm_path_cache_counters,
+) -> c_int {
+    api("ibcm_get_path_cache_counters", EIO.to_neg(), || {
+        if counters.is_null() {
+            return Err(null("counters").into());
+        }
+        let cache = crate::sa::cache::process();
+        let c = cache.counters();
+        let out = ibcm_path_cache_counters {
+            hits: c.hits,
+            misses: c.misses,
+            coalesced: c.coalesced,
+            invalidations: c.invalidations,
+            expirations: c.expirations,
+            evictions: c.evictions,
+            busy_backoffs: c.busy_backoffs,
+            entries: cache.len() as u64,
+        };
+        // SAFETY: non-NULL and writable by the caller's promise.
+        unsafe { counters.write(out) };
         Ok(0)
     })
 }
