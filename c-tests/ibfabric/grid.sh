@@ -16,6 +16,7 @@
 # to OUTDIR.
 #
 #   grid.sh PEER LOGDIR OUTDIR
+#   IBCM_GRID_PLOT_ONLY=1 grid.sh PEER LOGDIR OUTDIR   the plot again from OUTDIR/grid.dat
 #
 # Needs what run.sh's fat* scenarios need, and IBCMD, IBCMD_HARNESS.
 set -u
@@ -54,6 +55,8 @@ cell() {
     echo "$n $mode$drops $lanes ${up:-0} ${per:-0}" >>"$data"
 }
 
+# IBCM_GRID_PLOT_ONLY=1: only the plot, from OUTDIR's grid.dat of a run.
+if [ "${IBCM_GRID_PLOT_ONLY:-0}" != 1 ]; then
 : >"$table"
 : >"$data"
 printf '%5s  %-8s %3s  %7s  %9s  %9s  %8s  %8s  %9s  %7s  %6s  %5s\n' N cache P connections \
@@ -84,12 +87,15 @@ if [ "${IBCM_GRID_DROPS:-1}" = 1 ]; then
     done
 fi
 
+fi
+
 if command -v gnuplot >/dev/null 2>&1; then
     gnuplot <<EOF
 set terminal pngcairo size 1100,450 font ",10"
 set output "$out/grid.png"
 set multiplot layout 1,2 title "All-to-all on fat trees of N HCAs (ibsim, OpenSM; make ibscale)"
 set logscale x 2
+set xrange [13:160]
 set xtics (16, 32, 64, 128)
 set xlabel "HCAs (N)"
 set key top left

@@ -291,8 +291,9 @@ scale | scale-drops | fat*)
     else
         sa=$(sed -n 's/.*path cache: [0-9]* hits, \([0-9]*\) SA queries.*/\1/p' mesh.*.out | awk '{s += $1} END {print s + 0}')
     fi
+    timeouts=$(sed -n 's/.*, \([0-9]*\) path timeouts asked again.*/\1/p' mesh.*.out | awk '{s += $1} END {print s + 0}')
     echo "scale: mode $mode, $hosts hosts x $lanes processes, $connections connections, full mesh in ${up:-?} ms," \
-        "$sa SA path queries ($(echo "scale=1; $sa / $hosts" | bc) per host)"
+        "$sa SA path queries ($(echo "scale=1; $sa / $hosts" | bc) per host), $timeouts path queries timed out and asked again"
     echo "all-to-all on $n processes: $connections connections up and down in $took s;" \
         "$(sed -n 's/.*; \([0-9]*\) MADs sent, \([0-9]*\) retries, \([0-9]*\) dup.*, \([0-9]*\) stateless.*/\1 \2 \3 \4/p' mesh.*.out |
             awk '{m += $1; r += $2; d += $3; s += $4}
