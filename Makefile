@@ -184,6 +184,8 @@ c-valgrind: stage
 # the kernel CM loaded, where opening a device must fail with -EADDRINUSE.
 softroce: c-build
 	softroce/setup.sh
+	@# The Rust API's async examples, which softroce.rust-async runs in the VM.
+	$(CARGO) build --release --locked --quiet --features tokio --examples
 	softroce/run-in-vm.sh -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce"
 	softroce/run-in-vm.sh --ibcm -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce -R kernel_cm"
 
