@@ -265,7 +265,7 @@ fn refusals_rate_limited_a_loop_of_refused_calls_logs_a_bounded_few() {
 #[test]
 fn refusals_every_exported_function_names_the_rule_it_broke() {
     let _serial = serial();
-    const FUNCTIONS: [&str; 33] = [
+    const FUNCTIONS: [&str; 34] = [
         "ib_create_cm_id",
         "ib_cm_insert_listen",
         "ib_destroy_cm_id",
@@ -291,6 +291,7 @@ fn refusals_every_exported_function_names_the_rule_it_broke() {
         "ibcm_get_counters",
         "ibcm_loop_set_loss",
         "ibcm_get_stats",
+        "ibcm_get_path_cache_counters",
         "ibcm_set_event_mode",
         "ibcm_get_event_fd",
         "ibcm_process_events",
@@ -316,6 +317,7 @@ fn refusals_every_exported_function_names_the_rule_it_broke() {
         "ibcm_open_device",
         "ibcm_loop_drop",
         "ibcm_get_stats",
+        "ibcm_get_path_cache_counters",
         "ib_sa_register_client",
     ];
     let mut keys = vec![pair.a.name.as_str()];
@@ -516,6 +518,14 @@ fn refusals_every_exported_function_names_the_rule_it_broke() {
     // SAFETY: as said above.
     let returned = unsafe { ibcm_get_stats(null.cast()) };
     refused("ibcm_get_stats", returned, "", "stats is NULL");
+    // SAFETY: as said above.
+    let returned = unsafe { ibcm_get_path_cache_counters(null.cast()) };
+    refused(
+        "ibcm_get_path_cache_counters",
+        returned,
+        "",
+        "counters is NULL",
+    );
     refused(
         "ibcm_set_event_mode",
         ibcm_set_event_mode(dev, 5),
