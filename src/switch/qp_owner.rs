@@ -46,7 +46,14 @@ const DUMP_FRESH: Duration = Duration::from_millis(200);
 /// The kernel's own record of a real RDMA device's QPs.
 pub struct KernelQps {
     index: u32,
-    last_dump: Mutex<Option<Dump>>,
+    dumps: Dumps,
+}
+
+/// The device's QP table as the last dump gave it, dumped again at most
+/// every [`DUMP_INTERVAL`].
+#[derive(Default)]
+struct Dumps {
+    last: Mutex<Option<Dump>>,
 }
 
 /// The device's QP table as one dump gave it.
@@ -55,19 +62,39 @@ struct Dump {
     owners: HashMap<u32, KernelQpOwner>,
 }
 
+/// A dump of the QP table: the owners it listed and how it ended.
+type QpTable = (HashMap<u32, KernelQpOwner>, io::Result<()>);
+
 impl KernelQps {
     /// The kernel's QP records of device `name`; None when the kernel has
     /// no such device (a simulated fabric's: nobody can check its QPs).
     pub fn of_device(name: &str) -> io::Result<Option<Self>> {
         Ok(rdma_netlink::device_index(name)?.map(|index| Self {
             index,
-            last_dump: Mutex::new(None),
+            dumps: Dumps::default(),
         }))
     }
 
     /// The owner of `qpn` from a recent dump of the QP table.
     fn dumped(&self, qpn: u32) -> io::Result<Option<KernelQpOwner>> {
-        let mut last = self.last_dump.lock();
+        self.dumps.owner(
+            qpn,
+            || rdma_netlink::qp_owners(self.index),
+            std::thread::sleep,
+        )
+    }
+}
+
+impl Dumps {
+    /// The owner of `qpn` from a recent table, or from a new one `dump`
+    /// gives (after `sleep`ing out the interval since the last).
+    fn owner(
+        &self,
+        qpn: u32,
+        dump: impl FnOnce() -> QpTable,
+        sleep: impl FnOnce(Duration),
+    ) -> io::Result<Option<KernelQpOwner>> {
+        let mut last = self.last.lock();
         if let Some(dump) = last.as_ref() {
             let age = dump.at.elapsed();
             if let Some(owner) = dump.owners.get(&qpn).filter(|_| age < DUMP_FRESH) {
@@ -77,10 +104,11 @@ impl KernelQps {
                 // A QP made since that dump (a REQ's own, just created):
                 // a new dump once the interval is over, rather than a
                 // refusal that waits for the REQ's retransmission.
-                std::thread::sleep(DUMP_INTERVAL - age);
+                sleep(DUMP_INTERVAL - age);
             }
         }
-        let owners = rdma_netlink::qp_owners(self.index)?;
+        let (owners, outcome) = dump();
+        outcome?;
         let owner = owners.get(&qpn).cloned();
         *last = Some(Dump {
             at: Instant::now(),
