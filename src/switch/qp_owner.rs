@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 use std::io;
+#[cfg(test)]
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -94,6 +96,7 @@ impl Dumps {
         dump: impl FnOnce() -> QpTable,
         sleep: impl FnOnce(Duration),
     ) -> io::Result<Option<KernelQpOwner>> {
+        let asked = Instant::now();
         let mut last = self.last.lock();
         if let Some(dump) = last.as_ref() {
             let age = dump.at.elapsed();
@@ -103,17 +106,25 @@ impl Dumps {
             if age < DUMP_INTERVAL {
                 // A QP made since that dump (a REQ's own, just created):
                 // a new dump once the interval is over, rather than a
-                // refusal that waits for the REQ's retransmission.
+                // refusal that waits for the REQ's retransmission. Slept
+                // without the lock (other tenants' lookups are answered
+                // meanwhile, not queued behind this one); a dump another
+                // lookup took meanwhile is after this QP was made, so it
+                // answers this one too.
+                drop(last);
                 sleep(DUMP_INTERVAL - age);
+                last = self.last.lock();
+                if let Some(dump) = last.as_ref().filter(|d| d.at >= asked) {
+                    return Ok(dump.owners.get(&qpn).cloned());
+                }
             }
         }
+        // Its time is when it began: it holds every QP made before then.
+        let at = Instant::now();
         let (owners, outcome) = dump();
         outcome?;
         let owner = owners.get(&qpn).cloned();
-        *last = Some(Dump {
-            at: Instant::now(),
-            owners,
-        });
+        *last = Some(Dump { at, owners });
         Ok(owner)
     }
 }
@@ -194,6 +205,70 @@ impl QpOwners for FixedQps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::mpsc;
+
+    fn table(entries: &[(u32, u32)]) -> HashMap<u32, KernelQpOwner> {
+        entries
+            .iter()
+            .map(|&(qpn, tid)| (qpn, KernelQpOwner::Task(tid)))
+            .collect()
+    }
+
+    fn fresh(owners: HashMap<u32, KernelQpOwner>) -> Dumps {
+        Dumps {
+            last: Mutex::new(Some(Dump {
+                at: Instant::now(),
+                owners,
+            })),
+        }
+    }
+
+    /// Review2-1 (medium): a REQ naming a QP made since the last dump
+    /// slept out the interval holding the device's dump lock, so every
+    /// other tenant's lookup waited behind it, even one the fresh dump
+    /// answers; a tenant with N connections naming new QPs in a loop made
+    /// each other tenant's REQ wait N x 50 ms.
+    #[test]
+    fn review2_1_a_lookup_the_fresh_dump_answers_does_not_wait_for_anothers_sleep() {
+        let dumps = Arc::new(fresh(table(&[(7, 70)])));
+        let (sleeping, asleep) = mpsc::channel();
+        let (wake, woken) = mpsc::channel::<()>();
+        let sleeper = {
+            let dumps = dumps.clone();
+            std::thread::spawn(move || {
+                dumps.owner(
+                    8,
+                    || (table(&[(7, 70), (8, 80)]), Ok(())),
+                    |_| {
+                        sleeping.send(()).unwrap();
+                        let _ = woken.recv();
+                    },
+                )
+            })
+        };
+        asleep.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (answer, answered) = mpsc::channel();
+        let other = {
+            let dumps = dumps.clone();
+            std::thread::spawn(move || {
+                let owner = dumps.owner(7, || (HashMap::new(), Ok(())), |_| {});
+                answer.send(owner.unwrap()).unwrap();
+            })
+        };
+        let meanwhile = answered.recv_timeout(Duration::from_secs(10));
+        wake.send(()).unwrap();
+        other.join().unwrap();
+        assert_eq!(
+            sleeper.join().unwrap().unwrap(),
+            Some(KernelQpOwner::Task(80))
+        );
+        assert_eq!(
+            meanwhile.ok(),
+            Some(Some(KernelQpOwner::Task(70))),
+            "QP 7's lookup waited for QP 8's sleep"
+        );
+    }
 
     #[test]
     fn the_owner_of_a_task_is_its_thread_group_and_effective_user() {
