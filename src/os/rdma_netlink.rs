@@ -117,15 +117,17 @@ pub fn qp_owner(index: u32, port: u8, qpn: u32) -> io::Result<Option<KernelQpOwn
 }
 
 /// Every QP of device `index` and its owner (one dump: each QP is queried
-/// by the driver, so this is for what [`qp_owner`] cannot answer).
-pub fn qp_owners(index: u32) -> io::Result<HashMap<u32, KernelQpOwner>> {
+/// by the driver, so this is for what [`qp_owner`] cannot answer), and how
+/// the dump ended: an error when it stopped part way (a QP the driver could
+/// not query ends it), the table then holding the QPs listed before.
+pub fn qp_owners(index: u32) -> (HashMap<u32, KernelQpOwner>, io::Result<()>) {
     let request = message(
         RDMA_NLDEV_CMD_RES_QP_GET,
         NLM_F_REQUEST | NLM_F_DUMP,
         &[(RDMA_NLDEV_ATTR_DEV_INDEX, index)],
     );
     let mut owners = HashMap::new();
-    exchange(&request, true, |attrs| {
+    let outcome = exchange(&request, true, |attrs| {
         for (kind, table) in attributes(attrs) {
             if kind != RDMA_NLDEV_ATTR_RES_QP {
                 continue;
@@ -142,8 +144,8 @@ pub fn qp_owners(index: u32) -> io::Result<HashMap<u32, KernelQpOwner>> {
                 }
             }
         }
-    })?;
-    Ok(owners)
+    });
+    (owners, outcome)
 }
 
 /// The owner a QP entry's attributes name (None if it has no LQPN: not a
