@@ -31,10 +31,10 @@
 //! and --json.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ib_cm::aio::{Connection, Device, IdleId, IncomingRequest, Listener};
+use ib_cm::aio::{Connection, Device, IdleId, IncomingRequest, Listener, OutgoingRequest};
 use ib_cm::{ConnectRequest, Path, Reply};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -122,6 +122,10 @@ struct Bench {
     accepted: AtomicUsize,
     /// The main task sleeps here until a phase is settled.
     done: Notify,
+    /// The disconnect phase runs: the active tasks, woken by
+    /// `go_disconnect`, send their DREQs.
+    disconnect: AtomicBool,
+    go_disconnect: Notify,
 }
 
 impl Bench {
@@ -226,6 +230,32 @@ async fn passive(bench: Arc<Bench>, incoming: IncomingRequest) {
     bench.done.notify_one();
 }
 
+/// One connection's active side: the REP, answered with the RTU; then, once
+/// the disconnect phase starts, the DREQ until the DREP. The connection then
+/// waits in its slot to be destroyed.
+async fn active(bench: Arc<Bench>, i: usize, pending: OutgoingRequest) {
+    let conn = match pending.wait_reply().await {
+        Ok(replied) => replied.confirm(&[]),
+        Err(e) => Err(e),
+    };
+    let mut conn = match conn {
+        Ok(conn) => conn,
+        Err(e) => return bench.fail(i, Phase::Connect, "active side", &e),
+    };
+    let go = bench.go_disconnect.notified();
+    bench.side_up(i);
+    if !bench.disconnect.load(Ordering::Acquire) {
+        go.await;
+    }
+    let c = &bench.conns[i];
+    c.start[Phase::Disconnect as usize].store(bench.stamp(), Ordering::Relaxed);
+    match conn.disconnect(&[]).await {
+        Ok(_) => bench.settle(i, Phase::Disconnect, true),
+        Err(e) => bench.fail(i, Phase::Disconnect, "disconnect", &e),
+    }
+    *c.active.lock() = Some(conn);
+}
+
 /// The REQ of connection `i`: the index in its private data, as the C
 /// tool's.
 fn request(path: Path, i: usize) -> ConnectRequest {
@@ -284,42 +314,21 @@ impl Active {
                     continue;
                 }
             };
-            tokio::task::spawn_local(async move {
-                let conn = match pending.wait_reply().await {
-                    Ok(replied) => replied.confirm(&[]),
-                    Err(e) => Err(e),
-                };
-                match conn {
-                    Ok(conn) => {
-                        *bench.conns[i].active.lock() = Some(conn);
-                        bench.side_up(i);
-                    }
-                    Err(e) => bench.fail(i, Phase::Connect, "active side", &e),
-                }
-            });
+            tokio::task::spawn_local(active(bench, i, pending));
         }
         self.bench.wait_settled(Phase::Connect, n).await
     }
 
+    /// Lets each connection's active task send its DREQ, in the order they
+    /// were connected.
     async fn disconnect(&self, range: std::ops::Range<usize>) -> Result {
         let n = range.len();
         self.bench.reset_counts();
-        for i in range {
-            let bench = self.bench.clone();
-            let Some(mut conn) = bench.conns[i].active.lock().take() else {
-                return Err(format!("disconnect: connection {i} has no active side").into());
-            };
-            tokio::task::spawn_local(async move {
-                let c = &bench.conns[i];
-                c.start[Phase::Disconnect as usize].store(bench.stamp(), Ordering::Relaxed);
-                match conn.disconnect(&[]).await {
-                    Ok(_) => bench.settle(i, Phase::Disconnect, true),
-                    Err(e) => bench.fail(i, Phase::Disconnect, "disconnect", &e),
-                }
-                *c.active.lock() = Some(conn);
-            });
-        }
-        self.bench.wait_settled(Phase::Disconnect, n).await
+        self.bench.disconnect.store(true, Ordering::Release);
+        self.bench.go_disconnect.notify_waiters();
+        let settled = self.bench.wait_settled(Phase::Disconnect, n).await;
+        self.bench.disconnect.store(false, Ordering::Release);
+        settled
     }
 
     /// Drops both sides of each connection, timed; waits first for the
@@ -459,6 +468,8 @@ fn main() -> Result {
         passive_parked: AtomicUsize::new(0),
         accepted: AtomicUsize::new(0),
         done: Notify::new(),
+        disconnect: AtomicBool::new(false),
+        go_disconnect: Notify::new(),
     });
 
     let rt = current_thread()?;
