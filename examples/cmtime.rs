@@ -12,11 +12,13 @@
 //! runtime, so that the program has two threads as the C tool has (this
 //! one, and the library's worker, which receives the MADs). The devices are
 //! in event-fd mode: the CM's events run in their driver tasks, and each
-//! connection's waits are futures of tasks of their own. The loop that
-//! sends the REQs lets the other tasks run every 32, and keeps fewer than
-//! 768 unanswered: the passive side drops REQs beyond its backlog of 1024
-//! not yet taken (the worker queues them for its driver), where the C
-//! tool's handler, on the worker, takes each at once.
+//! connection has one task per side (as the C tool has one id and handler
+//! per side), spawned on the runtime (`tokio::spawn`; every future here is
+//! `Send`). The loop that sends the REQs lets the other tasks run every
+//! 32, and keeps fewer than 768 unanswered (waiting, when it has that many,
+//! until the passive side takes one): the passive side drops REQs beyond
+//! its backlog of 1024 not yet taken (the worker queues them for its
+//! driver), where the C tool's handler, on the worker, takes each at once.
 //!
 //!   create id   Device::create_id() of each connection's active id
 //!   connect     IdleId::request() until both sides are ESTABLISHED: the
@@ -118,8 +120,10 @@ struct Bench {
     settled: AtomicUsize,
     failed: AtomicUsize,
     passive_parked: AtomicUsize,
-    /// Requests the passive side took in the phase running.
+    /// Requests the passive side took in the phase running, and where the
+    /// loop that sends them waits for the next when too many are pending.
     accepted: AtomicUsize,
+    accepting: Notify,
     /// The main task sleeps here until a phase is settled.
     done: Notify,
     /// The disconnect phase runs: the active tasks, woken by
@@ -192,7 +196,8 @@ async fn serve(bench: Arc<Bench>, listener: Listener, stop: Arc<Notify>) {
             incoming = listener.accept() => match incoming {
                 Ok(incoming) => {
                     bench.accepted.fetch_add(1, Ordering::AcqRel);
-                    tokio::task::spawn_local(passive(bench.clone(), incoming));
+                    bench.accepting.notify_one();
+                    tokio::spawn(passive(bench.clone(), incoming));
                 }
                 Err(e) => eprintln!("{PROG}: accept: {e}"),
             },
@@ -305,7 +310,7 @@ impl Active {
             }
             // Fewer unanswered REQs than the passive backlog holds.
             while k - bench.accepted.load(Ordering::Acquire).min(k) >= WINDOW {
-                tokio::task::yield_now().await;
+                bench.accepting.notified().await;
             }
             let pending = match id.request(request(self.path, i)) {
                 Ok(pending) => pending,
@@ -314,7 +319,7 @@ impl Active {
                     continue;
                 }
             };
-            tokio::task::spawn_local(active(bench, i, pending));
+            tokio::spawn(active(bench, i, pending));
         }
         self.bench.wait_settled(Phase::Connect, n).await
     }
@@ -467,18 +472,19 @@ fn main() -> Result {
         failed: AtomicUsize::new(0),
         passive_parked: AtomicUsize::new(0),
         accepted: AtomicUsize::new(0),
+        accepting: Notify::new(),
         done: Notify::new(),
         disconnect: AtomicBool::new(false),
         go_disconnect: Notify::new(),
     });
 
     let rt = current_thread()?;
-    let local = tokio::task::LocalSet::new();
+
     let stop = Arc::new(Notify::new());
-    let rows = local.block_on(&rt, async {
+    let rows = rt.block_on(async {
         let passive_device = Device::open_tokio(&o.passive)?;
         let listener = passive_device.listen(SERVICE_ID)?;
-        tokio::task::spawn_local(serve(bench.clone(), listener, stop.clone()));
+        tokio::spawn(serve(bench.clone(), listener, stop.clone()));
         let device = Device::open_tokio(&o.active)?;
         let path = device.path_to(1, passive_device.gid(1, 0)?)?;
         let active = Active {
