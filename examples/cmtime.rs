@@ -115,11 +115,15 @@ struct Conn {
 struct Bench {
     epoch: Instant,
     conns: Vec<Conn>,
-    /// Connections done in the phase running, failures, and how many
-    /// passive connections are back in their slot after the DREP.
+    /// Connections done in the phase running (the main task is woken when
+    /// they are `target`, as the C tool's), failures, and how many passive
+    /// connections are back in their slot after the DREP (woken at
+    /// `parked_target`).
     settled: AtomicUsize,
+    target: AtomicUsize,
     failed: AtomicUsize,
     passive_parked: AtomicUsize,
+    parked_target: AtomicUsize,
     /// Requests the passive side took in the phase running, and where the
     /// loop that sends them waits for the next when too many are pending.
     accepted: AtomicUsize,
@@ -143,8 +147,9 @@ impl Bench {
         if !ok {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
-        self.settled.fetch_add(1, Ordering::AcqRel);
-        self.done.notify_one();
+        if self.settled.fetch_add(1, Ordering::AcqRel) + 1 == self.target.load(Ordering::Acquire) {
+            self.done.notify_one();
+        }
     }
 
     /// One side of connection `i` is ESTABLISHED.
@@ -178,7 +183,9 @@ impl Bench {
         }
     }
 
-    fn reset_counts(&self) {
+    /// A phase for `target` connections begins.
+    fn reset_counts(&self, target: usize) {
+        self.target.store(target, Ordering::Release);
         self.accepted.store(0, Ordering::Release);
         self.settled.store(0, Ordering::Release);
         self.failed.store(0, Ordering::Release);
@@ -231,8 +238,10 @@ async fn passive(bench: Arc<Bench>, incoming: IncomingRequest) {
         return bench.fail(i, Phase::Disconnect, "reply_disconnect", &e);
     }
     *bench.conns[i].passive.lock() = Some(conn);
-    bench.passive_parked.fetch_add(1, Ordering::AcqRel);
-    bench.done.notify_one();
+    let parked = bench.passive_parked.fetch_add(1, Ordering::AcqRel) + 1;
+    if parked == bench.parked_target.load(Ordering::Acquire) {
+        bench.done.notify_one();
+    }
 }
 
 /// One connection's active side: the REP, answered with the RTU; then, once
@@ -298,7 +307,7 @@ impl Active {
 
     async fn connect(&self, first: usize, ids: Vec<IdleId>) -> Result {
         let n = ids.len();
-        self.bench.reset_counts();
+        self.bench.reset_counts(n);
         for (k, id) in ids.into_iter().enumerate() {
             let i = first + k;
             let bench = self.bench.clone();
@@ -328,7 +337,11 @@ impl Active {
     /// were connected.
     async fn disconnect(&self, range: std::ops::Range<usize>) -> Result {
         let n = range.len();
-        self.bench.reset_counts();
+        self.bench.reset_counts(n);
+        let parked = self.bench.passive_parked.load(Ordering::Acquire);
+        self.bench
+            .parked_target
+            .store(parked + n, Ordering::Release);
         self.bench.disconnect.store(true, Ordering::Release);
         self.bench.go_disconnect.notify_waiters();
         let settled = self.bench.wait_settled(Phase::Disconnect, n).await;
@@ -469,8 +482,10 @@ fn main() -> Result {
         epoch: Instant::now(),
         conns: (0..=n).map(|_| Conn::default()).collect(),
         settled: AtomicUsize::new(0),
+        target: AtomicUsize::new(0),
         failed: AtomicUsize::new(0),
         passive_parked: AtomicUsize::new(0),
+        parked_target: AtomicUsize::new(0),
         accepted: AtomicUsize::new(0),
         accepting: Notify::new(),
         done: Notify::new(),
