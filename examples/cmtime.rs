@@ -12,11 +12,13 @@
 //! runtime, so that the program has two threads as the C tool has (this
 //! one, and the library's worker, which receives the MADs). The devices are
 //! in event-fd mode: the CM's events run in their driver tasks, and each
-//! connection's waits are futures of tasks of their own. The loop that
-//! sends the REQs lets the other tasks run every 32, and keeps fewer than
-//! 768 unanswered: the passive side drops REQs beyond its backlog of 1024
-//! not yet taken (the worker queues them for its driver), where the C
-//! tool's handler, on the worker, takes each at once.
+//! connection has one task per side (as the C tool has one id and handler
+//! per side), spawned on the runtime (`tokio::spawn`; every future here is
+//! `Send`). The loop that sends the REQs lets the other tasks run every
+//! 32, and keeps fewer than 768 unanswered (waiting, when it has that many,
+//! until the passive side takes one): the passive side drops REQs beyond
+//! its backlog of 1024 not yet taken (the worker queues them for its
+//! driver), where the C tool's handler, on the worker, takes each at once.
 //!
 //!   create id   Device::create_id() of each connection's active id
 //!   connect     IdleId::request() until both sides are ESTABLISHED: the
@@ -31,10 +33,10 @@
 //! and --json.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ib_cm::aio::{Connection, Device, IdleId, IncomingRequest, Listener};
+use ib_cm::aio::{Connection, Device, IdleId, IncomingRequest, Listener, OutgoingRequest};
 use ib_cm::{ConnectRequest, Path, Reply};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -113,15 +115,25 @@ struct Conn {
 struct Bench {
     epoch: Instant,
     conns: Vec<Conn>,
-    /// Connections done in the phase running, failures, and how many
-    /// passive connections are back in their slot after the DREP.
+    /// Connections done in the phase running (the main task is woken when
+    /// they are `target`, as the C tool's), failures, and how many passive
+    /// connections are back in their slot after the DREP (woken at
+    /// `parked_target`).
     settled: AtomicUsize,
+    target: AtomicUsize,
     failed: AtomicUsize,
     passive_parked: AtomicUsize,
-    /// Requests the passive side took in the phase running.
+    parked_target: AtomicUsize,
+    /// Requests the passive side took in the phase running, and where the
+    /// loop that sends them waits for the next when too many are pending.
     accepted: AtomicUsize,
+    accepting: Notify,
     /// The main task sleeps here until a phase is settled.
     done: Notify,
+    /// The disconnect phase runs: the active tasks, woken by
+    /// `go_disconnect`, send their DREQs.
+    disconnect: AtomicBool,
+    go_disconnect: Notify,
 }
 
 impl Bench {
@@ -135,8 +147,9 @@ impl Bench {
         if !ok {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
-        self.settled.fetch_add(1, Ordering::AcqRel);
-        self.done.notify_one();
+        if self.settled.fetch_add(1, Ordering::AcqRel) + 1 == self.target.load(Ordering::Acquire) {
+            self.done.notify_one();
+        }
     }
 
     /// One side of connection `i` is ESTABLISHED.
@@ -170,7 +183,9 @@ impl Bench {
         }
     }
 
-    fn reset_counts(&self) {
+    /// A phase for `target` connections begins.
+    fn reset_counts(&self, target: usize) {
+        self.target.store(target, Ordering::Release);
         self.accepted.store(0, Ordering::Release);
         self.settled.store(0, Ordering::Release);
         self.failed.store(0, Ordering::Release);
@@ -188,7 +203,8 @@ async fn serve(bench: Arc<Bench>, listener: Listener, stop: Arc<Notify>) {
             incoming = listener.accept() => match incoming {
                 Ok(incoming) => {
                     bench.accepted.fetch_add(1, Ordering::AcqRel);
-                    tokio::task::spawn_local(passive(bench.clone(), incoming));
+                    bench.accepting.notify_one();
+                    tokio::spawn(passive(bench.clone(), incoming));
                 }
                 Err(e) => eprintln!("{PROG}: accept: {e}"),
             },
@@ -222,8 +238,36 @@ async fn passive(bench: Arc<Bench>, incoming: IncomingRequest) {
         return bench.fail(i, Phase::Disconnect, "reply_disconnect", &e);
     }
     *bench.conns[i].passive.lock() = Some(conn);
-    bench.passive_parked.fetch_add(1, Ordering::AcqRel);
-    bench.done.notify_one();
+    let parked = bench.passive_parked.fetch_add(1, Ordering::AcqRel) + 1;
+    if parked == bench.parked_target.load(Ordering::Acquire) {
+        bench.done.notify_one();
+    }
+}
+
+/// One connection's active side: the REP, answered with the RTU; then, once
+/// the disconnect phase starts, the DREQ until the DREP. The connection then
+/// waits in its slot to be destroyed.
+async fn active(bench: Arc<Bench>, i: usize, pending: OutgoingRequest) {
+    let conn = match pending.wait_reply().await {
+        Ok(replied) => replied.confirm(&[]),
+        Err(e) => Err(e),
+    };
+    let mut conn = match conn {
+        Ok(conn) => conn,
+        Err(e) => return bench.fail(i, Phase::Connect, "active side", &e),
+    };
+    let go = bench.go_disconnect.notified();
+    bench.side_up(i);
+    if !bench.disconnect.load(Ordering::Acquire) {
+        go.await;
+    }
+    let c = &bench.conns[i];
+    c.start[Phase::Disconnect as usize].store(bench.stamp(), Ordering::Relaxed);
+    match conn.disconnect(&[]).await {
+        Ok(_) => bench.settle(i, Phase::Disconnect, true),
+        Err(e) => bench.fail(i, Phase::Disconnect, "disconnect", &e),
+    }
+    *c.active.lock() = Some(conn);
 }
 
 /// The REQ of connection `i`: the index in its private data, as the C
@@ -263,7 +307,7 @@ impl Active {
 
     async fn connect(&self, first: usize, ids: Vec<IdleId>) -> Result {
         let n = ids.len();
-        self.bench.reset_counts();
+        self.bench.reset_counts(n);
         for (k, id) in ids.into_iter().enumerate() {
             let i = first + k;
             let bench = self.bench.clone();
@@ -275,7 +319,7 @@ impl Active {
             }
             // Fewer unanswered REQs than the passive backlog holds.
             while k - bench.accepted.load(Ordering::Acquire).min(k) >= WINDOW {
-                tokio::task::yield_now().await;
+                bench.accepting.notified().await;
             }
             let pending = match id.request(request(self.path, i)) {
                 Ok(pending) => pending,
@@ -284,42 +328,25 @@ impl Active {
                     continue;
                 }
             };
-            tokio::task::spawn_local(async move {
-                let conn = match pending.wait_reply().await {
-                    Ok(replied) => replied.confirm(&[]),
-                    Err(e) => Err(e),
-                };
-                match conn {
-                    Ok(conn) => {
-                        *bench.conns[i].active.lock() = Some(conn);
-                        bench.side_up(i);
-                    }
-                    Err(e) => bench.fail(i, Phase::Connect, "active side", &e),
-                }
-            });
+            tokio::spawn(active(bench, i, pending));
         }
         self.bench.wait_settled(Phase::Connect, n).await
     }
 
+    /// Lets each connection's active task send its DREQ, in the order they
+    /// were connected.
     async fn disconnect(&self, range: std::ops::Range<usize>) -> Result {
         let n = range.len();
-        self.bench.reset_counts();
-        for i in range {
-            let bench = self.bench.clone();
-            let Some(mut conn) = bench.conns[i].active.lock().take() else {
-                return Err(format!("disconnect: connection {i} has no active side").into());
-            };
-            tokio::task::spawn_local(async move {
-                let c = &bench.conns[i];
-                c.start[Phase::Disconnect as usize].store(bench.stamp(), Ordering::Relaxed);
-                match conn.disconnect(&[]).await {
-                    Ok(_) => bench.settle(i, Phase::Disconnect, true),
-                    Err(e) => bench.fail(i, Phase::Disconnect, "disconnect", &e),
-                }
-                *c.active.lock() = Some(conn);
-            });
-        }
-        self.bench.wait_settled(Phase::Disconnect, n).await
+        self.bench.reset_counts(n);
+        let parked = self.bench.passive_parked.load(Ordering::Acquire);
+        self.bench
+            .parked_target
+            .store(parked + n, Ordering::Release);
+        self.bench.disconnect.store(true, Ordering::Release);
+        self.bench.go_disconnect.notify_waiters();
+        let settled = self.bench.wait_settled(Phase::Disconnect, n).await;
+        self.bench.disconnect.store(false, Ordering::Release);
+        settled
     }
 
     /// Drops both sides of each connection, timed; waits first for the
@@ -455,19 +482,24 @@ fn main() -> Result {
         epoch: Instant::now(),
         conns: (0..=n).map(|_| Conn::default()).collect(),
         settled: AtomicUsize::new(0),
+        target: AtomicUsize::new(0),
         failed: AtomicUsize::new(0),
         passive_parked: AtomicUsize::new(0),
+        parked_target: AtomicUsize::new(0),
         accepted: AtomicUsize::new(0),
+        accepting: Notify::new(),
         done: Notify::new(),
+        disconnect: AtomicBool::new(false),
+        go_disconnect: Notify::new(),
     });
 
     let rt = current_thread()?;
-    let local = tokio::task::LocalSet::new();
+
     let stop = Arc::new(Notify::new());
-    let rows = local.block_on(&rt, async {
+    let rows = rt.block_on(async {
         let passive_device = Device::open_tokio(&o.passive)?;
         let listener = passive_device.listen(SERVICE_ID)?;
-        tokio::task::spawn_local(serve(bench.clone(), listener, stop.clone()));
+        tokio::spawn(serve(bench.clone(), listener, stop.clone()));
         let device = Device::open_tokio(&o.active)?;
         let path = device.path_to(1, passive_device.gid(1, 0)?)?;
         let active = Active {

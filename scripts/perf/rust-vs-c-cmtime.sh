@@ -2,8 +2,9 @@
 # The Rust API against the C ABI on the same engine (issue 32): ibcm-cmtime
 # (tools/ibcm-cmtime.c, through libib_cm.so) and examples/cmtime.rs (through
 # ib_cm::aio), alternating in one run, on the in-process fabric (loop0 →
-# loop1). Prints each round's totals, then per phase the medians and the
-# ratio Rust / C (the issue's target: at most 1.05 in connect and disconnect).
+# loop1). Prints each round's totals, then per phase the medians, their
+# ranges and the ratio Rust / C of the medians, as a Markdown table (the
+# issue's target: at most 1.05 in connect and disconnect).
 #
 #   scripts/perf/rust-vs-c-cmtime.sh [ROUNDS [CONNECTIONS]]   (default 5, 10000)
 #
@@ -47,10 +48,14 @@ import statistics, sys
 rows = [list(map(float, line.split())) for line in open(sys.argv[1])]
 conns, rounds = sys.argv[2], sys.argv[3]
 print(f"ibcm-cmtime (C ABI) vs examples/cmtime.rs (Rust API, ib_cm::aio), "
-      f"{conns} connections, loop0 -> loop1, {rounds} rounds alternating; medians:")
-print(f"{'phase':<12} {'C total(ms)':>12} {'Rust total(ms)':>15} {'Rust / C':>9}")
+      f"{conns} connections, loop0 -> loop1, {rounds} rounds alternating; "
+      f"total(ms) medians (min-max):")
+print(f"| phase | C total(ms) | Rust total(ms) | Rust / C |")
+print(f"|---|---|---|---|")
 for k, phase in enumerate(["connect", "disconnect"]):
-    c = statistics.median(r[k] for r in rows)
-    rust = statistics.median(r[2 + k] for r in rows)
-    print(f"{phase:<12} {c:>12.2f} {rust:>15.2f} {rust / c:>9.3f}")
+    c = [r[k] for r in rows]
+    rust = [r[2 + k] for r in rows]
+    cm, rm = statistics.median(c), statistics.median(rust)
+    print(f"| {phase} | {cm:.1f} ({min(c):.1f}-{max(c):.1f}) "
+          f"| {rm:.1f} ({min(rust):.1f}-{max(rust):.1f}) | {rm / cm:.2f} |")
 PY

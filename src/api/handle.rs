@@ -4,7 +4,6 @@
 //! so the engine's worker (or, in event-fd mode, the thread that runs the
 //! device's events) is never held up by a caller that is slow to look.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -80,20 +79,61 @@ fn push_event(queue: &Queue<Event>, ev: &CmEvent) {
 pub(super) struct Router {
     requests: Weak<Queue<IncomingRequest>>,
     device: Weak<DeviceShared>,
-    /// Each passive id's queue, by the id's address; an entry goes with
-    /// the id's `IdHandle`.
-    children: Mutex<HashMap<usize, Weak<Queue<Event>>>>,
+    /// Each passive id's queue; an entry goes with the id's `IdHandle`.
+    children: Mutex<Children>,
+}
+
+/// The queues of a listener's passive ids, in slots: a passive id's
+/// `context` (the C API's field, which nothing else uses for an id of
+/// this API) holds its slot's number plus one, so that its events find
+/// their queue without a search.
+#[derive(Default)]
+struct Children {
+    slots: Vec<Option<Weak<Queue<Event>>>>,
+    free: Vec<usize>,
+}
+
+impl Children {
+    fn insert(&mut self, queue: Weak<Queue<Event>>) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(queue);
+                slot
+            }
+            None => {
+                self.slots.push(Some(queue));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn get(&self, slot: usize) -> Option<Arc<Queue<Event>>> {
+        self.slots.get(slot)?.as_ref()?.upgrade()
+    }
+
+    fn remove(&mut self, slot: usize) {
+        if let Some(entry) = self.slots.get_mut(slot)
+            && entry.take().is_some()
+        {
+            self.free.push(slot);
+        }
+    }
+}
+
+/// The slot of the passive id `id` (`None`: it has none yet).
+fn child_slot(id: &CmIdPriv) -> Option<usize> {
+    id.public.context.load(Ordering::Acquire).checked_sub(1)
 }
 
 /// A passive id's entry in its listener's router.
 struct ChildRoute {
     router: Arc<Router>,
-    addr: usize,
+    slot: usize,
 }
 
 impl Drop for ChildRoute {
     fn drop(&mut self) {
-        self.router.children.lock().remove(&self.addr);
+        self.router.children.lock().remove(self.slot);
     }
 }
 
@@ -118,7 +158,7 @@ impl Router {
             // refuses it.
             EventParam::SidrReqRcvd(_) => -libc::ECONNREFUSED,
             _ => {
-                let queue = self.children.lock().get(&id.addr()).and_then(Weak::upgrade);
+                let queue = child_slot(id).and_then(|slot| self.children.lock().get(slot));
                 if let Some(queue) = queue {
                     push_event(&queue, ev);
                 }
@@ -149,9 +189,9 @@ impl Router {
             return -libc::ENOMEM;
         }
         let events: Arc<Queue<Event>> = Arc::default();
-        self.children
-            .lock()
-            .insert(id.addr(), Arc::downgrade(&events));
+        let slot = self.children.lock().insert(Arc::downgrade(&events));
+        // Read by this id's next events, which run after this one.
+        id.public.context.store(slot + 1, Ordering::Release);
         let service_id = u64::from_be(id.public.service_id.load(Ordering::Relaxed));
         let pd = ev.private_data().map(<[u8]>::to_vec).unwrap_or_default();
         let handle = IdHandle {
@@ -159,7 +199,7 @@ impl Router {
             events,
             _route: Some(ChildRoute {
                 router: self.clone(),
-                addr: id.addr(),
+                slot,
             }),
             _device: device,
         };

@@ -1,5 +1,6 @@
 //! What a REQ and a REP carry, with rdma_cm's defaults.
 
+use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 
 use super::types::{Path, QpType};
@@ -222,9 +223,40 @@ impl Reply {
 }
 
 /// A random 24-bit PSN, as rdma_cm picks one (`get_random_u32() &
-/// 0xffffff`): std's randomly keyed hasher is enough for that.
+/// 0xffffff`): a per-thread generator seeded from std's randomly keyed
+/// hasher is enough for that.
 fn random_psn() -> u32 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u8(0);
-    (h.finish() as u32) & 0x00ff_ffff
+    thread_local! {
+        /// A xorshift64* state per thread, seeded once from the standard
+        /// library's random hash keys (never zero): a PSN costs a few
+        /// instructions, not a SipHash per request.
+        static STATE: Cell<u64> = Cell::new({
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u8(0);
+            h.finish() | 1
+        });
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as u32 & 0x00ff_ffff
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::random_psn;
+
+    #[test]
+    fn psns_are_24_bits_and_differ() {
+        let psns: std::collections::HashSet<u32> = (0..1000).map(|_| random_psn()).collect();
+        assert!(psns.iter().all(|&psn| psn <= 0x00ff_ffff));
+        // 1000 draws from 2^24 values: a repeat or two at most.
+        assert!(psns.len() >= 995, "{} distinct of 1000", psns.len());
+        let other = std::thread::spawn(random_psn).join().unwrap();
+        assert!(other <= 0x00ff_ffff);
+    }
 }

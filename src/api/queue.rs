@@ -20,14 +20,97 @@ pub(super) struct Queue<T> {
 }
 
 struct State<T> {
-    items: VecDeque<T>,
+    items: Items<T>,
     /// The last item was pushed: once they are taken, nothing more comes.
     finished: bool,
     /// Futures waiting for the next push, by key; a push wakes them all and
     /// empties the list, and a future that goes takes its entry with it, so
     /// the list holds at most one entry per live waiting future.
-    waiters: Vec<(u64, Waker)>,
+    waiters: Waiters,
     next_key: u64,
+}
+
+/// The items, the first one inline: a connection's queue rarely holds more
+/// than one event at a time, and then needs no allocation of its own.
+struct Items<T> {
+    /// The first item; `None` only when `rest` is empty too.
+    first: Option<T>,
+    rest: VecDeque<T>,
+}
+
+impl<T> Items<T> {
+    fn push_back(&mut self, item: T) {
+        match self.first {
+            None => self.first = Some(item),
+            Some(_) => self.rest.push_back(item),
+        }
+    }
+
+    fn push_front(&mut self, item: T) {
+        if let Some(first) = self.first.replace(item) {
+            self.rest.push_front(first);
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<T> {
+        let item = self.first.take()?;
+        self.first = self.rest.pop_front();
+        Some(item)
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+}
+
+/// The wakers of the futures waiting on a queue, the first one inline: one
+/// future waits on a queue at a time but for rare cases, and registering
+/// it then allocates nothing.
+#[derive(Default)]
+struct Waiters {
+    first: Option<(u64, Waker)>,
+    more: Vec<(u64, Waker)>,
+}
+
+impl Waiters {
+    fn find(&mut self, key: u64) -> Option<&mut Waker> {
+        self.first
+            .iter_mut()
+            .chain(self.more.iter_mut())
+            .find(|(k, _)| *k == key)
+            .map(|(_, waker)| waker)
+    }
+
+    fn add(&mut self, key: u64, waker: Waker) {
+        match self.first {
+            None => self.first = Some((key, waker)),
+            Some(_) => self.more.push((key, waker)),
+        }
+    }
+
+    fn remove(&mut self, key: u64) {
+        if self.first.as_ref().is_some_and(|(k, _)| *k == key) {
+            self.first = self.more.pop();
+        } else {
+            self.more.retain(|(k, _)| *k != key);
+        }
+    }
+
+    /// Empties the list (without allocating), for waking outside the lock.
+    fn take(&mut self) -> Waiters {
+        std::mem::take(self)
+    }
+
+    fn wake(self) {
+        self.first
+            .into_iter()
+            .chain(self.more)
+            .for_each(|(_, w)| w.wake());
+    }
 }
 
 /// What a wait ended with.
@@ -43,9 +126,12 @@ impl<T> Default for Queue<T> {
     fn default() -> Self {
         Self {
             state: Mutex::new(State {
-                items: VecDeque::new(),
+                items: Items {
+                    first: None,
+                    rest: VecDeque::new(),
+                },
                 finished: false,
-                waiters: Vec::new(),
+                waiters: Waiters::default(),
                 next_key: 0,
             }),
             ready: Condvar::new(),
@@ -59,13 +145,11 @@ impl<T> Queue<T> {
         let mut s = self.state.lock();
         s.items.push_back(item);
         s.finished |= last;
-        let waiters = std::mem::take(&mut s.waiters);
+        let waiters = s.waiters.take();
         drop(s);
         self.ready.notify_all();
         // Woken outside the lock: a waker may run its task at once.
-        for (_, waker) in waiters {
-            waker.wake();
-        }
+        waiters.wake();
     }
 
     /// Puts back items a call took but did not consume, in front, in their
@@ -148,15 +232,12 @@ impl<T> Waiter<'_, T> {
             return Poll::Ready(None);
         }
         let s = &mut *s;
-        match self
-            .key
-            .and_then(|k| s.waiters.iter_mut().find(|(key, _)| *key == k))
-        {
-            Some((_, waker)) => waker.clone_from(cx.waker()),
+        match self.key.and_then(|k| s.waiters.find(k)) {
+            Some(waker) => waker.clone_from(cx.waker()),
             None => {
                 let key = s.next_key;
                 s.next_key += 1;
-                s.waiters.push((key, cx.waker().clone()));
+                s.waiters.add(key, cx.waker().clone());
                 self.key = Some(key);
             }
         }
@@ -167,7 +248,65 @@ impl<T> Waiter<'_, T> {
 impl<T> Drop for Waiter<'_, T> {
     fn drop(&mut self) {
         if let Some(key) = self.key {
-            self.queue.state.lock().waiters.retain(|(k, _)| *k != key);
+            self.queue.state.lock().waiters.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn items_keep_their_order_across_the_inline_slot_and_put_back() {
+        let q = Queue::default();
+        for i in 0..5 {
+            q.push(i, false);
+        }
+        assert_eq!(q.len(), 5);
+        let taken: Vec<i32> = (0..3).map(|_| q.try_pop().unwrap()).collect();
+        assert_eq!(taken, [0, 1, 2]);
+        q.put_back(vec![1, 2]);
+        q.push(5, true);
+        let rest: Vec<i32> = std::iter::from_fn(|| q.try_pop()).collect();
+        assert_eq!(rest, [1, 2, 3, 4, 5]);
+        assert!(matches!(q.pop(None), Popped::Finished));
+    }
+
+    #[test]
+    fn a_push_wakes_every_waiting_future_once_and_a_dropped_one_leaves() {
+        let q: Queue<u8> = Queue::default();
+        let counts: Vec<Arc<Count>> = (0..3).map(|_| Arc::default()).collect();
+        let wakers: Vec<Waker> = counts.iter().map(|c| Waker::from(c.clone())).collect();
+        let mut waiters: Vec<Waiter<'_, u8>> = (0..3).map(|_| q.waiter()).collect();
+        for (waiter, waker) in waiters.iter_mut().zip(&wakers) {
+            let polled = waiter.poll_pop(&mut Context::from_waker(waker));
+            assert!(polled.is_pending());
+        }
+        // The first one goes (the inline entry): the others stay registered.
+        drop(waiters.remove(0));
+        q.push(7, false);
+        let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(woken, [0, 1, 1]);
+        let polled = waiters[0].poll_pop(&mut Context::from_waker(&wakers[1]));
+        assert_eq!(polled, Poll::Ready(Some(7)));
+        // Nothing is registered any more: the next push wakes nobody.
+        q.push(8, false);
+        let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(woken, [0, 1, 1]);
     }
 }
