@@ -8,6 +8,7 @@ use super::error::{Result, call};
 use super::handle::IdHandle;
 use super::listener::Listener;
 use super::params::ConnectRequest;
+use super::sidr::{OutgoingSidrRequest, SidrListener, SidrReply, SidrRequest};
 use super::types::{Gid, Path};
 use crate::cm;
 use crate::errno::EOPNOTSUPP;
@@ -161,6 +162,33 @@ impl Device {
         self.request(request)?
             .wait_reply()?
             .confirm_with_request_data()
+    }
+
+    /// Listens for SIDR requests to `service_id` (host order) on this
+    /// device: a UD service ([`SidrListener`] says why this is not
+    /// [`Device::listen`]). `EBUSY` if another listener has it.
+    pub fn listen_sidr(&self, service_id: u64) -> Result<SidrListener> {
+        SidrListener::new(&self.shared, service_id)
+    }
+
+    /// Sends a SIDR_REQ (`ib_send_cm_sidr_req`): which QP serves the
+    /// request's service ID? The answer is awaited with
+    /// [`OutgoingSidrRequest::wait`]. `EINVAL` for more than 216 bytes of
+    /// private data.
+    pub fn send_sidr_request(&self, request: SidrRequest) -> Result<OutgoingSidrRequest> {
+        OutgoingSidrRequest::send("Device::send_sidr_request", &self.shared, &request)
+    }
+
+    /// Resolves a service ID: sends the SIDR_REQ and waits for the peer's
+    /// SIDR_REP (the CM resends the request as it says). Whatever the
+    /// reply's [`status`](SidrReply::status), it is the answer, not an
+    /// error: [`SidrStatus::Unsupported`](super::SidrStatus::Unsupported)
+    /// when nobody listens, [`SidrStatus::Reject`](super::SidrStatus::Reject)
+    /// when the service refused. Errors: `EINVAL` for more than 216 bytes
+    /// of private data, [`Error::NoAnswer`](super::Error::NoAnswer) when no
+    /// reply came after the retries.
+    pub fn sidr_request(&self, request: SidrRequest) -> Result<SidrReply> {
+        OutgoingSidrRequest::send("Device::sidr_request", &self.shared, &request)?.wait()
     }
 
     /// Fault injection on the in-process fabric (tests): the next `count`

@@ -1,7 +1,7 @@
 //! The passive side: a listener, the requests it receives, the answers.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::connection::{Connection, Side, Step, take_until, take_until_async};
@@ -34,7 +34,7 @@ pub struct Listener {
 impl Listener {
     pub(super) fn new(device: &Arc<DeviceShared>, service_id: u64) -> Result<Listener> {
         let requests: Arc<Queue<IncomingRequest>> = Arc::default();
-        let handler = Router::handler(&requests, device);
+        let handler = Router::handler(Arc::downgrade(&requests), Weak::new(), device);
         let id = call("Device::listen", || cm::create_id(&device.engine, handler))?;
         if let Err(e) = call("Device::listen", || cm::listen(&id, service_id)) {
             cm::destroy_id(&id, 0);

@@ -49,6 +49,7 @@ mod listener;
 mod params;
 mod qp;
 mod queue;
+mod sidr;
 mod types;
 
 pub use connection::{Connection, IdleId, OutgoingRequest, ReceivedReply, Side};
@@ -58,4 +59,8 @@ pub use event::{Event, RepInfo, ReqInfo};
 pub use listener::{IncomingRequest, Listener, SentReply};
 pub use params::{ConnectRequest, ConnectRequestBuilder, Reply};
 pub use qp::{AddressVector, AlternatePath, QpAttributes, QpState};
+pub use sidr::{
+    IncomingSidrRequest, OutgoingSidrRequest, SidrListener, SidrReply, SidrReplyParams,
+    SidrRequest, SidrRequestBuilder, SidrStatus,
+};
 pub use types::{Gid, Path, QpType, RejectReason, SendStatus, State};
