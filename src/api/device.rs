@@ -187,8 +187,34 @@ impl Device {
     /// when the service refused. Errors: `EINVAL` for more than 216 bytes
     /// of private data, [`Error::NoAnswer`](super::Error::NoAnswer) when no
     /// reply came after the retries.
+    ///
+    /// ```
+    /// use ib_cm::{Device, SidrReplyParams, SidrRequest, SidrStatus};
+    ///
+    /// let (a, b) = (Device::open("loop0")?, Device::open("loop1")?);
+    /// let listener = b.listen_sidr(0x4321)?;
+    /// let server = std::thread::spawn(move || -> ib_cm::Result<Vec<u8>> {
+    ///     let incoming = listener.accept()?; // SIDR_REQ in
+    ///     let asked = incoming.private_data()[..5].to_vec();
+    ///     let answer = SidrReplyParams {
+    ///         private_data: b"use QP 0x33".to_vec(),
+    ///         ..SidrReplyParams::new(0x33, 0x1111_2222)
+    ///     };
+    ///     incoming.reply(answer)?; // SIDR_REP out
+    ///     Ok(asked)
+    /// });
+    /// let path = a.path_to(1, b.gid(1, 0)?)?;
+    /// let request = SidrRequest::builder(path, 0x4321).private_data(b"where").build();
+    /// let reply = a.sidr_request(request)?; // SIDR_REQ out, SIDR_REP in
+    /// assert_eq!(reply.status, SidrStatus::Success);
+    /// assert_eq!((reply.qpn, reply.qkey), (0x33, 0x1111_2222));
+    /// assert!(reply.private_data.starts_with(b"use QP 0x33")); // its 136 bytes
+    /// assert_eq!(server.join().unwrap()?, b"where");
+    /// # Ok::<(), ib_cm::Error>(())
+    /// ```
     pub fn sidr_request(&self, request: SidrRequest) -> Result<SidrReply> {
-        OutgoingSidrRequest::send("Device::sidr_request", &self.shared, &request)?.wait()
+        let op = "Device::sidr_request";
+        OutgoingSidrRequest::send(op, &self.shared, &request)?.wait_until(op, None)
     }
 
     /// Fault injection on the in-process fabric (tests): the next `count`

@@ -178,7 +178,7 @@ impl Router {
     /// [`IncomingRequest`]. Beyond [`LISTEN_BACKLOG`] unanswered ones the
     /// REQ is forgotten and counted as the engine's own overflow is (the
     /// peer's retransmission gets another chance); with the listener gone,
-    /// it is rejected.
+    /// or for a SIDR listener, it is rejected.
     fn new_request(
         self: &Arc<Self>,
         id: &Arc<CmIdPriv>,

@@ -8,6 +8,9 @@
 //! disconnects with a DREQ ([`Connection::disconnect`]) or answers the
 //! peer's ([`Connection::reply_disconnect`]).
 //!
+//! For UD QPs, [`Device::sidr_request`] asks which QP serves a service ID
+//! (SIDR) and a [`SidrListener`] answers ([`IncomingSidrRequest::reply`]).
+//!
 //! Every value that owns a CM id destroys it when dropped, doing what
 //! `ib_destroy_cm_id` does in its state (REJ during setup, DREQ when
 //! established, DREP after a DREQ), without waiting for the peer. The CM's

@@ -1,30 +1,5 @@
 //! SIDR, service ID resolution for UD QPs: the active side asks which QP
 //! (and Q_Key) serves a service ID, a [`SidrListener`] answers.
-//!
-//! ```
-//! use ib_cm::{Device, SidrReplyParams, SidrRequest, SidrStatus};
-//!
-//! let (a, b) = (Device::open("loop0")?, Device::open("loop1")?);
-//! let listener = b.listen_sidr(0x4321)?;
-//! let server = std::thread::spawn(move || -> ib_cm::Result<Vec<u8>> {
-//!     let incoming = listener.accept()?; // SIDR_REQ in
-//!     let asked = incoming.private_data()[..5].to_vec();
-//!     let answer = SidrReplyParams {
-//!         private_data: b"use QP 0x33".to_vec(),
-//!         ..SidrReplyParams::new(0x33, 0x1111_2222)
-//!     };
-//!     incoming.reply(answer)?; // SIDR_REP out
-//!     Ok(asked)
-//! });
-//! let path = a.path_to(1, b.gid(1, 0)?)?;
-//! let request = SidrRequest::builder(path, 0x4321).private_data(b"where").build();
-//! let reply = a.sidr_request(request)?; // SIDR_REQ out, SIDR_REP in
-//! assert_eq!(reply.status, SidrStatus::Success);
-//! assert_eq!((reply.qpn, reply.qkey), (0x33, 0x1111_2222));
-//! assert!(reply.private_data.starts_with(b"use QP 0x33")); // its 136 bytes
-//! assert_eq!(server.join().unwrap()?, b"where");
-//! # Ok::<(), ib_cm::Error>(())
-//! ```
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -251,7 +226,12 @@ impl OutgoingSidrRequest {
         self.wait_until("OutgoingSidrRequest::wait_timeout", Some(timeout))
     }
 
-    fn wait_until(self, op: &'static str, timeout: Option<Duration>) -> Result<SidrReply> {
+    /// The wait of `op`, `timeout` at most if given.
+    pub(super) fn wait_until(
+        self,
+        op: &'static str,
+        timeout: Option<Duration>,
+    ) -> Result<SidrReply> {
         match self.outcome.pop(timeout.map(|t| Instant::now() + t)) {
             Popped::Item(outcome) => outcome.into_result(op),
             Popped::TimedOut => Err(Error::TimedOut {
