@@ -129,7 +129,8 @@ impl SidrRequestBuilder {
 
 /// The peer's SIDR_REP (the kernel's `struct ib_cm_sidr_rep_event_param`
 /// and the message's private data). Its [`status`](SidrReply::status) says
-/// whether the QPN and Q_Key mean anything.
+/// whether the QPN and Q_Key mean anything: a refusal is a reply too, not
+/// an [`Error`].
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub struct SidrReply {
@@ -263,8 +264,8 @@ impl std::fmt::Debug for OutgoingSidrRequest {
 }
 
 impl Outcome {
-    /// What the event `ev` of a request of this side says; `None` for an
-    /// event that does not end it (none does).
+    /// What the event `ev` of a request of this side says; `None` for any
+    /// other event (an id of this kind gets none).
     fn from_engine(ev: &CmEvent) -> Option<Outcome> {
         match (ev.event, &ev.param) {
             (IB_CM_SIDR_REP_RECEIVED, EventParam::SidrRepRcvd(r)) => {
