@@ -238,9 +238,11 @@ fn a_request_held_unanswered_fails_with_no_answer_and_resends_are_duplicates() {
 fn a_lost_reply_ends_in_no_answer() {
     let pair = SidrPair::new();
     pair.b.drop_next_sent(ATTR_SIDR_REP, 100).unwrap();
+    // Resends for half a second: some come after the answer, however slowly
+    // this test's thread runs.
     let pending = pair
         .a
-        .send_sidr_request(pair.request(SIDR_SERVICE_ID, 50, 2, &[]))
+        .send_sidr_request(pair.request(SIDR_SERVICE_ID, 50, 10, &[]))
         .unwrap();
     let incoming = pair.listener.accept_timeout(WAIT).unwrap();
     incoming.reply(SidrReplyParams::new(1, 2)).unwrap();
@@ -310,25 +312,29 @@ fn dropped_incoming_request_and_listener_answer_reject() {
 /// one once B answered (and forgot) the first.
 #[test]
 fn dropped_pending_request_is_not_resent() {
+    // Control (devices of its own): not dropped, the request comes back
+    // after B's lost answer.
+    let control = SidrPair::new();
+    control.b.drop_next_sent(ATTR_SIDR_REP, 100).unwrap();
+    let request = control.request(SIDR_SERVICE_ID, 20, 15, &[]);
+    let pending = control.a.send_sidr_request(request).unwrap();
+    drop(control.listener.accept_timeout(WAIT).unwrap());
+    drop(control.listener.accept_timeout(WAIT).unwrap());
+    drop(pending);
+
     let pair = SidrPair::new();
     pair.b.drop_next_sent(ATTR_SIDR_REP, 100).unwrap();
-    let request = pair.request(SIDR_SERVICE_ID, 20, 15, &[]);
-
-    // Control: not dropped, the request comes back after B's lost answer.
-    let pending = pair.a.send_sidr_request(request.clone()).unwrap();
-    drop(pair.listener.accept_timeout(WAIT).unwrap());
-    drop(pair.listener.accept_timeout(WAIT).unwrap());
-    drop(pending);
-    // Resends already on their way when it was dropped.
-    std::thread::sleep(Duration::from_millis(100));
-    while pair.listener.try_accept().is_some() {}
-
+    // Resends for a second if nothing cancels them.
+    let request = pair.request(SIDR_SERVICE_ID, 20, 50, &[]);
     let pending = pair.a.send_sidr_request(request).unwrap();
     let incoming = pair.listener.accept_timeout(WAIT).unwrap();
     assert_eq!(pending.state(), State::SidrReqSent);
     drop(pending);
+    // A resend sent before the drop reaches B as a duplicate while B still
+    // holds the request: let those land first.
+    std::thread::sleep(Duration::from_millis(200));
     drop(incoming); // its REJECT is lost too
-    // 15 resends every 20 ms would bring it back within this.
+    // A resend every 20 ms would bring it back within this.
     match pair.listener.accept_timeout(Duration::from_millis(300)) {
         Err(Error::TimedOut { .. }) => {}
         other => panic!("the dropped request came back: {other:?}"),
