@@ -375,6 +375,7 @@ fn received_reply_sends_an_mra_the_peer_sees() {
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
 
     use ib_cm::aio::Device;
     use ib_cm::{SidrReplyParams, SidrRequest, SidrStatus};
@@ -436,6 +437,38 @@ mod asynchronous {
                 .await
                 .unwrap();
             assert_eq!(reply.unwrap().status, SidrStatus::Reject);
+        });
+    }
+
+    /// A `sidr_request` future dropped while it waits cancels the request:
+    /// with B's answers lost, a request still alive would come back as a
+    /// new one once B answered (and forgot) the first.
+    #[test]
+    fn async_dropped_request_future_is_not_resent() {
+        runtime().block_on(async {
+            let (a, b) = devices();
+            let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
+            b.drop_next_sent(super::ATTR_SIDR_REP, 100).unwrap();
+            let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
+            let request = SidrRequest::builder(path, SIDR_SERVICE_ID)
+                .timeout_ms(20)
+                .max_cm_retries(50)
+                .build();
+            let client = a.sidr_request(request);
+            let server = async { listener.accept().await.unwrap() };
+            // The request's future is gone once the request came.
+            let incoming = tokio::time::timeout(WAIT, async {
+                tokio::select! {
+                    reply = client => panic!("a reply nobody sent: {reply:?}"),
+                    incoming = server => incoming,
+                }
+            })
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            drop(incoming); // its REJECT is lost too
+            let again = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+            assert!(again.is_err(), "the dropped request came back: {again:?}");
         });
     }
 

@@ -24,7 +24,9 @@ const GONE_EVENT_WAIT: Duration = Duration::from_secs(1);
 /// A listener (`ib_cm_listen`): connection requests to its service ID on its
 /// device wait here until [`accept`](Listener::accept) takes them.
 /// Dropping it stops listening, and rejects the requests nobody took
-/// (`IB_CM_REJ_CONSUMER_DEFINED`).
+/// (`IB_CM_REJ_CONSUMER_DEFINED`). A SIDR request to its service ID is
+/// answered at once with `IB_SIDR_REJECT`: SIDR requests go to a
+/// [`SidrListener`](super::SidrListener).
 pub struct Listener {
     id: Arc<CmIdPriv>,
     requests: Arc<Queue<IncomingRequest>>,
