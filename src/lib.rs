@@ -34,3 +34,7 @@ pub use api::{
     QpType, ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus, SentReply,
     Side, State,
 };
+pub use api::{
+    IncomingSidrRequest, OutgoingSidrRequest, SidrListener, SidrReply, SidrReplyParams,
+    SidrRequest, SidrRequestBuilder, SidrStatus,
+};

@@ -286,6 +286,27 @@ impl ReceivedReply {
             cm::send_rej(&self.handle.id, reason.0, ari, private_data)
         })
     }
+
+    /// Asks the peer for more time before the RTU (the QP takes long to
+    /// set up): an MRA with `service_timeout` (an IBA time exponent, at
+    /// most 31) and up to 222 bytes of private data, sent now; the peer
+    /// waits that much longer for the RTU (its state MRA_REP_RCVD), and a
+    /// duplicate of the REP gets the MRA again. `EINVAL` for more data, and
+    /// the REP is still there to answer; [`confirm`](ReceivedReply::confirm)
+    /// works as before.
+    pub fn send_mra(&self, service_timeout: u8, private_data: &[u8]) -> Result<()> {
+        // Without the C API's delay flag (bit 7): this one sends now.
+        let service_timeout = service_timeout.min(31);
+        call("ReceivedReply::send_mra", || {
+            cm::send_mra(&self.handle.id, service_timeout, Some(private_data))
+        })
+    }
+
+    /// The id's state (REP_RCVD, MRA_REP_SENT after
+    /// [`send_mra`](ReceivedReply::send_mra)).
+    pub fn state(&self) -> State {
+        self.handle.state()
+    }
 }
 
 impl std::fmt::Debug for ReceivedReply {

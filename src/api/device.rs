@@ -8,6 +8,7 @@ use super::error::{Result, call};
 use super::handle::IdHandle;
 use super::listener::Listener;
 use super::params::ConnectRequest;
+use super::sidr::{OutgoingSidrRequest, SidrListener, SidrReply, SidrRequest};
 use super::types::{Gid, Path};
 use crate::cm;
 use crate::errno::EOPNOTSUPP;
@@ -161,6 +162,59 @@ impl Device {
         self.request(request)?
             .wait_reply()?
             .confirm_with_request_data()
+    }
+
+    /// Listens for SIDR requests to `service_id` (host order) on this
+    /// device: a UD service ([`SidrListener`] says why this is not
+    /// [`Device::listen`]). `EBUSY` if another listener has it.
+    pub fn listen_sidr(&self, service_id: u64) -> Result<SidrListener> {
+        SidrListener::new(&self.shared, service_id)
+    }
+
+    /// Sends a SIDR_REQ (`ib_send_cm_sidr_req`): which QP serves the
+    /// request's service ID? The answer is awaited with
+    /// [`OutgoingSidrRequest::wait`]. `EINVAL` for more than 216 bytes of
+    /// private data.
+    pub fn send_sidr_request(&self, request: SidrRequest) -> Result<OutgoingSidrRequest> {
+        OutgoingSidrRequest::send("Device::send_sidr_request", &self.shared, &request)
+    }
+
+    /// Resolves a service ID: sends the SIDR_REQ and waits for the peer's
+    /// SIDR_REP (the CM resends the request as it says). Whatever the
+    /// reply's [`status`](SidrReply::status), it is the answer, not an
+    /// error: [`SidrStatus::Unsupported`](super::SidrStatus::Unsupported)
+    /// when nobody listens, [`SidrStatus::Reject`](super::SidrStatus::Reject)
+    /// when the service refused. Errors: `EINVAL` for more than 216 bytes
+    /// of private data, [`Error::NoAnswer`](super::Error::NoAnswer) when no
+    /// reply came after the retries.
+    ///
+    /// ```
+    /// use ib_cm::{Device, SidrReplyParams, SidrRequest, SidrStatus};
+    ///
+    /// let (a, b) = (Device::open("loop0")?, Device::open("loop1")?);
+    /// let listener = b.listen_sidr(0x4321)?;
+    /// let server = std::thread::spawn(move || -> ib_cm::Result<Vec<u8>> {
+    ///     let incoming = listener.accept()?; // SIDR_REQ in
+    ///     let asked = incoming.private_data()[..5].to_vec();
+    ///     let answer = SidrReplyParams {
+    ///         private_data: b"use QP 0x33".to_vec(),
+    ///         ..SidrReplyParams::new(0x33, 0x1111_2222)
+    ///     };
+    ///     incoming.reply(answer)?; // SIDR_REP out
+    ///     Ok(asked)
+    /// });
+    /// let path = a.path_to(1, b.gid(1, 0)?)?;
+    /// let request = SidrRequest::builder(path, 0x4321).private_data(b"where").build();
+    /// let reply = a.sidr_request(request)?; // SIDR_REQ out, SIDR_REP in
+    /// assert_eq!(reply.status, SidrStatus::Success);
+    /// assert_eq!((reply.qpn, reply.qkey), (0x33, 0x1111_2222));
+    /// assert!(reply.private_data.starts_with(b"use QP 0x33")); // its 136 bytes
+    /// assert_eq!(server.join().unwrap()?, b"where");
+    /// # Ok::<(), ib_cm::Error>(())
+    /// ```
+    pub fn sidr_request(&self, request: SidrRequest) -> Result<SidrReply> {
+        let op = "Device::sidr_request";
+        OutgoingSidrRequest::send(op, &self.shared, &request)?.wait_until(op, None)
     }
 
     /// Fault injection on the in-process fabric (tests): the next `count`

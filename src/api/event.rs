@@ -183,7 +183,7 @@ fn private_data(ev: &CmEvent) -> Vec<u8> {
 }
 
 /// Bytes `range` of the event's MAD (an ARI, an APR's information).
-fn mad_bytes(ev: &CmEvent, range: &std::ops::Range<usize>) -> Vec<u8> {
+pub(super) fn mad_bytes(ev: &CmEvent, range: &std::ops::Range<usize>) -> Vec<u8> {
     ev.mad
         .as_ref()
         .and_then(|m| m.get(range.clone()))

@@ -13,10 +13,11 @@ use super::device::DeviceShared;
 use super::event::{Event, ReqInfo};
 use super::listener::IncomingRequest;
 use super::queue::Queue;
+use super::sidr::IncomingSidrRequest;
 use crate::abi::ib_cm_event_type::IB_CM_TIMEWAIT_EXIT;
 use crate::cm;
 use crate::cm::LISTEN_BACKLOG;
-use crate::cm::event::{CmEvent, EventParam};
+use crate::cm::event::{CmEvent, EventParam, SidrReqRcvd};
 use crate::cm::id::{CmIdPriv, Handler};
 use crate::errno::CmResult;
 
@@ -74,10 +75,14 @@ fn push_event(queue: &Queue<Event>, ev: &CmEvent) {
     }
 }
 
-/// A listener's handler: the REQs for it, and the events of the ids they
-/// made (a new id has its listener's handler, as in the kernel).
+/// A listener's handler: the REQs (or SIDR_REQs) for it, and the events
+/// of the ids they made (a new id has its listener's handler, as in the
+/// kernel).
 pub(super) struct Router {
+    /// A connection listener's queue (dangling for a SIDR listener).
     requests: Weak<Queue<IncomingRequest>>,
+    /// A SIDR listener's queue (dangling for a connection listener).
+    sidr_requests: Weak<Queue<IncomingSidrRequest>>,
     device: Weak<DeviceShared>,
     /// Each passive id's queue; an entry goes with the id's `IdHandle`.
     children: Mutex<Children>,
@@ -138,13 +143,17 @@ impl Drop for ChildRoute {
 }
 
 impl Router {
-    /// The handler of a listener whose requests go to `requests`.
+    /// The handler of a listener whose REQs go to `requests` and whose
+    /// SIDR_REQs go to `sidr_requests` (a listener has one of them; a
+    /// request for the other, dangling one is refused).
     pub(super) fn handler(
-        requests: &Arc<Queue<IncomingRequest>>,
+        requests: Weak<Queue<IncomingRequest>>,
+        sidr_requests: Weak<Queue<IncomingSidrRequest>>,
         device: &Arc<DeviceShared>,
     ) -> Handler {
         let router = Arc::new(Router {
-            requests: Arc::downgrade(requests),
+            requests,
+            sidr_requests,
             device: Arc::downgrade(device),
             children: Mutex::default(),
         });
@@ -154,9 +163,7 @@ impl Router {
     fn deliver(self: &Arc<Self>, id: &Arc<CmIdPriv>, ev: &CmEvent) -> i32 {
         match &ev.param {
             EventParam::ReqRcvd(r) => self.new_request(id, ev, r),
-            // Not served here: SIDR_REP REJECT, as for a C handler that
-            // refuses it.
-            EventParam::SidrReqRcvd(_) => -libc::ECONNREFUSED,
+            EventParam::SidrReqRcvd(r) => self.new_sidr_request(id, ev, r),
             _ => {
                 let queue = child_slot(id).and_then(|slot| self.children.lock().get(slot));
                 if let Some(queue) = queue {
@@ -171,7 +178,7 @@ impl Router {
     /// [`IncomingRequest`]. Beyond [`LISTEN_BACKLOG`] unanswered ones the
     /// REQ is forgotten and counted as the engine's own overflow is (the
     /// peer's retransmission gets another chance); with the listener gone,
-    /// it is rejected.
+    /// or for a SIDR listener, it is rejected.
     fn new_request(
         self: &Arc<Self>,
         id: &Arc<CmIdPriv>,
@@ -205,6 +212,27 @@ impl Router {
         };
         let req = ReqInfo::new(service_id, r, pd);
         requests.push(IncomingRequest::new(handle, req), false);
+        0
+    }
+
+    /// A SIDR_REQ made `id`: it waits in a SIDR listener's queue as an
+    /// [`IncomingSidrRequest`]. For a connection listener, or with the
+    /// listener gone, it is refused (a SIDR_REP `IB_SIDR_REJECT`, as for a
+    /// C handler that refuses it); beyond [`LISTEN_BACKLOG`] unanswered
+    /// ones too, counted as the engine's own overflow is.
+    fn new_sidr_request(&self, id: &Arc<CmIdPriv>, ev: &CmEvent, r: &SidrReqRcvd) -> i32 {
+        let (Some(requests), Some(device)) = (self.sidr_requests.upgrade(), self.device.upgrade())
+        else {
+            return -libc::ECONNREFUSED;
+        };
+        if requests.len() >= LISTEN_BACKLOG {
+            if let Ok(counters) = id.device.counters(r.port) {
+                counters.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
+            }
+            return -libc::ENOMEM;
+        }
+        let request = IncomingSidrRequest::new(id.clone(), device, ev, r);
+        requests.push(request, false);
         0
     }
 }

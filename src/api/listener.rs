@@ -1,7 +1,7 @@
 //! The passive side: a listener, the requests it receives, the answers.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::connection::{Connection, Side, Step, take_until, take_until_async};
@@ -24,7 +24,9 @@ const GONE_EVENT_WAIT: Duration = Duration::from_secs(1);
 /// A listener (`ib_cm_listen`): connection requests to its service ID on its
 /// device wait here until [`accept`](Listener::accept) takes them.
 /// Dropping it stops listening, and rejects the requests nobody took
-/// (`IB_CM_REJ_CONSUMER_DEFINED`).
+/// (`IB_CM_REJ_CONSUMER_DEFINED`). A SIDR request to its service ID is
+/// answered at once with `IB_SIDR_REJECT`: SIDR requests go to a
+/// [`SidrListener`](super::SidrListener).
 pub struct Listener {
     id: Arc<CmIdPriv>,
     requests: Arc<Queue<IncomingRequest>>,
@@ -34,7 +36,7 @@ pub struct Listener {
 impl Listener {
     pub(super) fn new(device: &Arc<DeviceShared>, service_id: u64) -> Result<Listener> {
         let requests: Arc<Queue<IncomingRequest>> = Arc::default();
-        let handler = Router::handler(&requests, device);
+        let handler = Router::handler(Arc::downgrade(&requests), Weak::new(), device);
         let id = call("Device::listen", || cm::create_id(&device.engine, handler))?;
         if let Err(e) = call("Device::listen", || cm::listen(&id, service_id)) {
             cm::destroy_id(&id, 0);

@@ -8,6 +8,9 @@
 //! disconnects with a DREQ ([`Connection::disconnect`]) or answers the
 //! peer's ([`Connection::reply_disconnect`]).
 //!
+//! For UD QPs, [`Device::sidr_request`] asks which QP serves a service ID
+//! (SIDR) and a [`SidrListener`] answers ([`IncomingSidrRequest::reply`]).
+//!
 //! Every value that owns a CM id destroys it when dropped, doing what
 //! `ib_destroy_cm_id` does in its state (REJ during setup, DREQ when
 //! established, DREP after a DREQ), without waiting for the peer. The CM's
@@ -49,6 +52,7 @@ mod listener;
 mod params;
 mod qp;
 mod queue;
+mod sidr;
 mod types;
 
 pub use connection::{Connection, IdleId, OutgoingRequest, ReceivedReply, Side};
@@ -58,4 +62,8 @@ pub use event::{Event, RepInfo, ReqInfo};
 pub use listener::{IncomingRequest, Listener, SentReply};
 pub use params::{ConnectRequest, ConnectRequestBuilder, Reply};
 pub use qp::{AddressVector, AlternatePath, QpAttributes, QpState};
+pub use sidr::{
+    IncomingSidrRequest, OutgoingSidrRequest, SidrListener, SidrReply, SidrReplyParams,
+    SidrRequest, SidrRequestBuilder, SidrStatus,
+};
 pub use types::{Gid, Path, QpType, RejectReason, SendStatus, State};

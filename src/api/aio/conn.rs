@@ -184,6 +184,17 @@ impl ReceivedReply {
     pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
         self.0.reject(reason, ari, private_data)
     }
+
+    /// Asks the peer for more time before the RTU, as
+    /// [`crate::ReceivedReply::send_mra`].
+    pub fn send_mra(&self, service_timeout: u8, private_data: &[u8]) -> Result<()> {
+        self.0.send_mra(service_timeout, private_data)
+    }
+
+    /// The id's state.
+    pub fn state(&self) -> State {
+        self.0.state()
+    }
 }
 
 /// An established connection, as [`crate::Connection`], whose waits are

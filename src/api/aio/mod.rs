@@ -79,6 +79,7 @@
 
 mod conn;
 mod driver;
+mod sidr;
 #[cfg(feature = "tokio")]
 mod tokio;
 
@@ -89,10 +90,12 @@ pub use conn::{
 };
 pub use driver::Driver;
 pub(crate) use driver::StopSignal;
+pub use sidr::{OutgoingSidrRequest, SidrListener};
 
 use super::device::DeviceShared;
 use super::error::{Result, call};
 use super::params::ConnectRequest;
+use super::sidr::{SidrReply, SidrRequest};
 use super::types::{Gid, Path};
 use crate::abi::ibcm_event_mode::IBCM_EVENTS_FD;
 use crate::cm;
@@ -192,6 +195,28 @@ impl Device {
             .await?
             .confirm_with_request_data()?;
         Ok(Connection::new(conn))
+    }
+
+    /// Listens for SIDR requests to `service_id` (host order), as
+    /// [`crate::Device::listen_sidr`].
+    pub fn listen_sidr(&self, service_id: u64) -> Result<SidrListener> {
+        self.inner.listen_sidr(service_id).map(SidrListener)
+    }
+
+    /// Sends a SIDR_REQ (without waiting), as
+    /// [`crate::Device::send_sidr_request`]; [`OutgoingSidrRequest::wait`]
+    /// waits for the answer.
+    pub fn send_sidr_request(&self, request: SidrRequest) -> Result<OutgoingSidrRequest> {
+        self.inner
+            .send_sidr_request(request)
+            .map(OutgoingSidrRequest)
+    }
+
+    /// Resolves a service ID: sends the SIDR_REQ and waits for the SIDR_REP,
+    /// as [`crate::Device::sidr_request`] (any status is the answer, not an
+    /// error). Dropping the future before it is done cancels the request.
+    pub async fn sidr_request(&self, request: SidrRequest) -> Result<SidrReply> {
+        self.send_sidr_request(request)?.wait().await
     }
 
     /// Fault injection on the in-process fabric (tests), as
