@@ -139,6 +139,18 @@ where
     }
 }
 
+/// One handler for many ids (each [`HandlerId`] takes its handler by
+/// value): the ids tell themselves apart by [`CmId::data`].
+impl<H: Handler> Handler for Arc<H> {
+    fn request(&self, id: &CmId, req: ReqInfo) -> Verdict {
+        (**self).request(id, req)
+    }
+
+    fn event(&self, id: &CmId, event: Event) -> Verdict {
+        (**self).event(id, event)
+    }
+}
+
 /// A CM id, named without owning it: what a handler is given, and what
 /// [`HandlerId`] derefs to. Each call is the C API's call of the same
 /// name, with its checks and errors; on an id that is gone, `EINVAL`.
