@@ -248,6 +248,13 @@ rust-check:
 	$(CARGO) test --locked --lib -- --ignored cm::tests::lifecycle
 	@# The Rust API's example (issue 32): connect, DREQ 220 bytes, DREP 224.
 	$(CARGO) run --locked --quiet --example connect | tail -n 1
+	@# The async API (feature tokio): its lints and tests, and the Rust
+	@# cmtime through both doors, briefly (scripts/perf/rust-vs-c-cmtime.sh
+	@# times it against ibcm-cmtime).
+	$(CARGO) clippy --locked --all-targets --features tokio -- -D warnings
+	$(CARGO) test --locked --features tokio --test 'rust_api_*' -- --test-threads=1
+	$(CARGO) run --locked --quiet --features tokio --example cmtime -- -c 500 --api handler | tail -n 6
+	$(CARGO) run --locked --quiet --features tokio --example cmtime -- -c 500 --api async | tail -n 6
 
 # The main job: builds the library and the one tool it runs, quietly (the
 # build's output goes to build/run-build.log, shown only when it fails), and

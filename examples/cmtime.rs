@@ -28,15 +28,24 @@
 //!               the passive task answers next_event().await's DREQ
 //!   destroy     dropping each connection's two Connections (TIMEWAIT)
 //!
+//! `--api handler` runs the same phases through `ib_cm::handler` instead
+//! (examples/cmtime_support/handler_mode.rs): handlers on the library's
+//! worker answer each message there, as the C tool's do, with no runtime
+//! task, queue or wake-up in between.
+//!
 //! Options: `-c N` (connections, default 1000), `-d DEV`, `-D DEV`,
-//! `--no-warmup`. Not here: the C tool's --server, --client, --sequential
+//! `--api async|handler` (default async), `--no-warmup`. Not here: the C tool's --server, --client, --sequential
 //! and --json.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "cmtime_support/handler_mode.rs"]
+mod handler_mode;
+
 use ib_cm::aio::{Connection, Device, IdleId, IncomingRequest, Listener, OutgoingRequest};
+use ib_cm::handler::HandlerId;
 use ib_cm::{ConnectRequest, Path, Reply};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -109,6 +118,8 @@ struct Conn {
     sides_up: AtomicU32,
     active: Mutex<Option<Connection>>,
     passive: Mutex<Option<Connection>>,
+    /// `--api handler`: the active id and the adopted passive one.
+    handler_ids: [Mutex<Option<HandlerId>>; 2],
 }
 
 /// What both sides share.
@@ -425,11 +436,18 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Async,
+    Handler,
+}
+
 struct Options {
     conns: usize,
     active: String,
     passive: String,
     warmup: bool,
+    api: Api,
 }
 
 fn parse_args() -> Result<Options> {
@@ -438,6 +456,7 @@ fn parse_args() -> Result<Options> {
         active: "loop0".into(),
         passive: "loop1".into(),
         warmup: true,
+        api: Api::Async,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -456,9 +475,16 @@ fn parse_args() -> Result<Options> {
             "-d" | "--active-dev" => o.active = value()?,
             "-D" | "--passive-dev" => o.passive = value()?,
             "--no-warmup" => o.warmup = false,
+            "--api" => {
+                o.api = match value()?.as_str() {
+                    "async" => Api::Async,
+                    "handler" => Api::Handler,
+                    v => return Err(format!("--api: expected async or handler, got '{v}'").into()),
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: cmtime [-c connections] [-d active_dev] [-D passive_dev] [--no-warmup]"
+                    "usage: cmtime [-c connections] [-d active_dev] [-D passive_dev] [--api async|handler] [--no-warmup]"
                 );
                 std::process::exit(0);
             }
@@ -494,6 +520,13 @@ fn main() -> Result {
     });
 
     let rt = current_thread()?;
+
+    if o.api == Api::Handler {
+        let run = handler_mode::run(bench.clone(), &o.active, &o.passive, n, o.warmup);
+        let (starts, memory) = rt.block_on(run)?;
+        print_table(&o, &bench, starts, memory);
+        return Ok(());
+    }
 
     let stop = Arc::new(Notify::new());
     let rows = rt.block_on(async {
@@ -555,10 +588,28 @@ fn print_table(o: &Options, bench: &Bench, starts: [u64; 4], memory: [u64; 3]) {
             ""
         }
     );
-    println!("  create id   Device::create_id() of each connection's active id");
-    println!("  connect     IdleId::request() until both sides are ESTABLISHED (REQ, REP, RTU)");
-    println!("  disconnect  Connection::disconnect().await until the DREP (DREQ, DREP)");
-    println!("  destroy     dropping each connection's two Connections");
+    match o.api {
+        Api::Async => {
+            println!("  create id   Device::create_id() of each connection's active id");
+            println!(
+                "  connect     IdleId::request() until both sides are ESTABLISHED (REQ, REP, RTU)"
+            );
+            println!("  disconnect  Connection::disconnect().await until the DREP (DREQ, DREP)");
+            println!("  destroy     dropping each connection's two Connections");
+        }
+        Api::Handler => {
+            println!("  create id   Device::create_id_with() of each connection's active id");
+            println!(
+                "  connect     HandlerId::request() until both sides are ESTABLISHED (REQ, REP\n              \
+                 from the passive handler, RTU from the active handler)"
+            );
+            println!(
+                "  disconnect  CmId::send_disconnect() until DREP_RECEIVED (the DREP from the\n              \
+                 passive handler)"
+            );
+            println!("  destroy     dropping each connection's two HandlerIds");
+        }
+    }
     println!(
         "  each phase starts its operation for all {n} connections at once (back to back),\n  \
          then waits for the last to complete: total(ms) runs from the first start to the\n  \

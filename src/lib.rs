@@ -28,6 +28,7 @@ pub mod transport;
 pub mod wire;
 
 pub use api::aio;
+pub use api::handler;
 pub use api::{
     AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device, Error,
     Event, Gid, IdleId, IncomingRequest, Listener, OutgoingRequest, Path, QpAttributes, QpState,

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The Rust API against the C ABI on the same engine (issue 32): ibcm-cmtime
-# (tools/ibcm-cmtime.c, through libib_cm.so) and examples/cmtime.rs (through
-# ib_cm::aio), alternating in one run, on the in-process fabric (loop0 →
-# loop1). Prints each round's totals, then per phase the medians, their
-# ranges and the ratio Rust / C of the medians, as a Markdown table (the
-# issue's target: at most 1.05 in connect and disconnect).
+# (tools/ibcm-cmtime.c, through libib_cm.so) and examples/cmtime.rs through
+# ib_cm::handler (--api handler: handlers on the worker, as the C tool's)
+# and through ib_cm::aio (--api async: tokio tasks), alternating in one run,
+# on the in-process fabric (loop0 → loop1). Prints each round's totals, then
+# per phase the medians, their ranges and the ratios Rust / C of the
+# medians, as a Markdown table (the issue's target: at most 1.05 in connect
+# and disconnect; create and destroy are shown too).
 #
 #   scripts/perf/rust-vs-c-cmtime.sh [ROUNDS [CONNECTIONS]]   (default 5, 10000)
 #
@@ -28,34 +30,43 @@ mkdir -p "$BUILD"
 
 C_TOOL=("$BUILD/ibcm-cmtime" -c "$CONNS")
 RUST_TOOL=(target/release/examples/cmtime -c "$CONNS")
+# The order within a round rotates, so that none always runs first.
+run_c() { LD_LIBRARY_PATH="$STAGE/lib" "${C_TOOL[@]}" 2>/dev/null | totals; }
+run_handler() { "${RUST_TOOL[@]}" --api handler 2>/dev/null | totals; }
+run_async() { "${RUST_TOOL[@]}" --api async 2>/dev/null | totals; }
 
-# "connect disconnect" total(ms) of one run's table.
+# "create connect disconnect destroy" total(ms) of one run's table.
 totals() {
-	awk '$1 == "connect" { c = $2 } $1 == "disconnect" { d = $2 } END { print c, d }'
+	awk '$1 == "create" { k = $3 } $1 == "connect" { c = $2 } $1 == "disconnect" { d = $2 }
+	     $1 == "destroy" { x = $2 } END { print k, c, d, x }'
 }
 
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for round in $(seq 1 "$ROUNDS"); do
-	c=$(LD_LIBRARY_PATH="$STAGE/lib" "${C_TOOL[@]}" 2>/dev/null | totals)
-	r=$("${RUST_TOOL[@]}" 2>/dev/null | totals)
-	echo "round $round: C connect/disconnect $c ms, Rust $r ms" >&2
-	echo "$c $r" >>"$results"
+	case $((round % 3)) in
+	1) c=$(run_c); h=$(run_handler); a=$(run_async) ;;
+	2) h=$(run_handler); a=$(run_async); c=$(run_c) ;;
+	0) a=$(run_async); c=$(run_c); h=$(run_handler) ;;
+	esac
+	echo "round $round: create/connect/disconnect/destroy ms: C $c, Rust handler $h, Rust async $a" >&2
+	echo "$c $h $a" >>"$results"
 done
 
 python3 - "$results" "$CONNS" "$ROUNDS" <<'PY'
 import statistics, sys
 rows = [list(map(float, line.split())) for line in open(sys.argv[1])]
 conns, rounds = sys.argv[2], sys.argv[3]
-print(f"ibcm-cmtime (C ABI) vs examples/cmtime.rs (Rust API, ib_cm::aio), "
-      f"{conns} connections, loop0 -> loop1, {rounds} rounds alternating; "
-      f"total(ms) medians (min-max):")
-print(f"| phase | C total(ms) | Rust total(ms) | Rust / C |")
-print(f"|---|---|---|---|")
-for k, phase in enumerate(["connect", "disconnect"]):
-    c = [r[k] for r in rows]
-    rust = [r[2 + k] for r in rows]
-    cm, rm = statistics.median(c), statistics.median(rust)
-    print(f"| {phase} | {cm:.1f} ({min(c):.1f}-{max(c):.1f}) "
-          f"| {rm:.1f} ({min(rust):.1f}-{max(rust):.1f}) | {rm / cm:.2f} |")
+print(f"ibcm-cmtime (C ABI) vs examples/cmtime.rs (Rust API: --api handler, "
+      f"ib_cm::handler; --api async, ib_cm::aio on tokio), {conns} connections, "
+      f"loop0 -> loop1, {rounds} rounds alternating; total(ms) medians (min-max):")
+print("| phase | C | Rust handler | handler / C | Rust async | async / C |")
+print("|---|---|---|---|---|---|")
+def cell(v):
+    return f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})"
+for k, phase in enumerate(["create id", "connect", "disconnect", "destroy"]):
+    c, h, a = ([r[4 * tool + k] for r in rows] for tool in range(3))
+    cm = statistics.median(c)
+    print(f"| {phase} | {cell(c)} | {cell(h)} | {statistics.median(h) / cm:.2f} "
+          f"| {cell(a)} | {statistics.median(a) / cm:.2f} |")
 PY

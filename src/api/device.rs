@@ -6,6 +6,7 @@ use super::aio::StopSignal;
 use super::connection::{Connection, IdleId, OutgoingRequest};
 use super::error::{Result, call};
 use super::handle::IdHandle;
+use super::handler::{self, Handler, HandlerId, HandlerListener};
 use super::listener::Listener;
 use super::params::ConnectRequest;
 use super::sidr::{OutgoingSidrRequest, SidrListener, SidrReply, SidrRequest};
@@ -69,7 +70,10 @@ impl Drop for DeviceShared {
         // user never saw (a REQ still queued for a gone listener) are let
         // go by close, which waits for the worker that long (2 s at most).
         // In FD mode (async), close runs the events still queued for them
-        // here: they only refuse requests.
+        // here: they only refuse requests. The connections a handler
+        // listener made belong to the CM and live on their own: they end
+        // with the device.
+        handler::destroy_cm_owned(&self.engine);
         let _ = cm::close_device(&self.engine);
         if let Some(stop) = &self.driver_stop {
             stop.stop();
@@ -215,6 +219,22 @@ impl Device {
     pub fn sidr_request(&self, request: SidrRequest) -> Result<SidrReply> {
         let op = "Device::sidr_request";
         OutgoingSidrRequest::send(op, &self.shared, &request)?.wait_until(op, None)
+    }
+
+    /// A new CM id whose events go to `handler`, called on the CM's thread
+    /// (see [`handler`](super::handler)); [`HandlerId::request`] sends its
+    /// REQ.
+    pub fn create_id_with(&self, handler: impl Handler) -> Result<HandlerId> {
+        HandlerId::create(&self.shared, Arc::new(handler))
+    }
+
+    /// Listens for connection requests to `service_id` (host order), each
+    /// given to `handler`'s [`request`](Handler::request) on the CM's
+    /// thread with the id it made, whose later events go to the same
+    /// handler (see [`handler`](super::handler)). `EBUSY` if another
+    /// listener has the service ID.
+    pub fn listen_with(&self, service_id: u64, handler: impl Handler) -> Result<HandlerListener> {
+        HandlerListener::new(&self.shared, service_id, Arc::new(handler))
     }
 
     /// Fault injection on the in-process fabric (tests): the next `count`

@@ -48,6 +48,7 @@ mod device;
 mod error;
 mod event;
 mod handle;
+pub mod handler;
 mod listener;
 mod params;
 mod qp;

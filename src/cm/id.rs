@@ -159,6 +159,9 @@ pub struct CmIdPriv {
     /// A listener's new ids waiting for its user's answer (their
     /// `BacklogSlot`s).
     pub(super) backlog: AtomicUsize,
+    /// The Rust handler API's value for its user (`CmId::set_data`), the
+    /// kernel's `cm_id->context` for a handler; C's `context` stays C's.
+    pub api_data: AtomicU64,
 }
 
 impl CmIdPriv {
@@ -185,6 +188,7 @@ impl CmIdPriv {
             callback: Mutex::new(()),
             destroyed: AtomicBool::new(false),
             backlog: AtomicUsize::new(0),
+            api_data: AtomicU64::new(0),
         }
     }
 

@@ -277,6 +277,18 @@ pub fn set_event_mode(device: &Arc<Device>, mode: ibcm_event_mode) -> CmResult {
     Ok(())
 }
 
+/// The live ids of `device` whose C-visible `context` is `context` (the
+/// Rust API marks the ids it leaves to the CM so).
+pub fn ids_with_context(device: &Arc<Device>, context: usize) -> Vec<Arc<CmIdPriv>> {
+    let mut ids = Vec::new();
+    tables::for_each_id(|id| {
+        if Arc::ptr_eq(&id.device, device) && id.public.context.load(Ordering::Relaxed) == context {
+            ids.push(id.clone());
+        }
+    });
+    ids
+}
+
 /// How many cm_ids exist (all devices): 0 when everything was destroyed.
 /// Counted per device, since not every id has a local comm ID in the table
 /// (`ib_cm_insert_listen`'s listeners have none, as in the kernel).
