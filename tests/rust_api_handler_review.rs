@@ -222,6 +222,32 @@ fn review_h_4_a_panicking_event_handler_ends_its_connection() {
     assert_eq!(next(&a_rx), "DREQ_RECEIVED");
 }
 
+/// A handler that waits on a queue of the blocking API waits for the CM's
+/// own thread, which is the one waiting: `EDEADLK` at once, as C's
+/// `ibcm_process_events` gives inside a handler, not a hang (without a
+/// bound) or a timeout that stalls every id (with one).
+#[test]
+fn review_h_5_a_blocking_wait_inside_a_handler_is_edeadlk() {
+    let (a, b) = devices();
+    let queued = Arc::new(b.listen(SERVICE_ID + 1).unwrap());
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    // No listener on SERVICE_ID: the REQ is rejected, and A's handler,
+    // on the worker, waits for a request of B's queue listener.
+    let conn = a
+        .create_id_with(move |_: &CmId, event: Event| {
+            if let Event::RejReceived { .. } = event {
+                let got = queued.accept_timeout(Duration::from_secs(1));
+                let _ = tx.lock().send(got.map(|_| ()).map_err(|e| e.errno()));
+            }
+            Verdict::Keep
+        })
+        .unwrap();
+    conn.request(request(&a, &b, SERVICE_ID)).unwrap();
+    let got = rx.recv_timeout(WAIT).unwrap();
+    assert_eq!(got, Err(libc::EDEADLK));
+}
+
 /// The last handle of a device dropped inside a handler on the CM's
 /// thread: its CM-owned connection is destroyed there (DREQ to the peer),
 /// nothing waits for itself, and the device closes (it opens again).
