@@ -305,3 +305,115 @@ fn review_h_6_the_last_device_handle_dropped_inside_a_handler() {
     assert_eq!(next(&a_rx), "DREQ_RECEIVED");
     assert!(reopens(&b_name), "B closed with its last handle");
 }
+
+/// A listener dropped inside its own request handler: nothing waits for
+/// itself (the handler holds the listener's callback guard), the request
+/// in hand is still answered, and a later REQ finds no listener.
+#[test]
+fn review_h_7_a_listener_dropped_inside_its_own_request_handler() {
+    let (a, b) = devices();
+    let slot: Arc<Mutex<Option<ib_cm::handler::HandlerListener>>> = Arc::default();
+    let in_handler = slot.clone();
+    let listener = b
+        .listen_with(
+            SERVICE_ID,
+            (
+                move |id: &CmId, _: ReqInfo| {
+                    drop(in_handler.lock().take());
+                    id.reply(&Reply::new(next_qpn())).unwrap();
+                    Verdict::Keep
+                },
+                |_: &CmId, _: Event| Verdict::Keep,
+            ),
+        )
+        .unwrap();
+    *slot.lock() = Some(listener);
+    let (a_tx, a_rx) = mpsc::channel();
+    let first = a.create_id_with(active(a_tx.clone())).unwrap();
+    first.request(request(&a, &b, SERVICE_ID)).unwrap();
+    assert_eq!(next(&a_rx), "REP_RECEIVED");
+    let second = a.create_id_with(active(a_tx)).unwrap();
+    second.request(request(&a, &b, SERVICE_ID)).unwrap();
+    assert_eq!(next(&a_rx), "REJ_RECEIVED");
+}
+
+/// How a connection of the CM's ends, for review_h_8.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    /// The request handler refuses (`Verdict::Destroy`): a REJ.
+    Refused,
+    /// The peer rejects the REP: B enters timewait, then TIMEWAIT_EXIT.
+    RepRejected,
+    /// The peer never confirms: B's REP times out (REP_ERROR).
+    RepTimedOut,
+    /// B's handler destroys it once established: a DREQ.
+    DestroyedEstablished,
+}
+
+/// No id of the CM's is left behind, however its connection ends: each
+/// passive id is destroyed (a live IDLE one would still take calls).
+#[test]
+fn review_h_8_each_way_a_cm_connection_ends_destroys_its_id() {
+    let (a, b) = devices();
+    let seen: Arc<Mutex<Vec<CmId>>> = Arc::default();
+    let keep = seen.clone();
+    let _listener = b
+        .listen_with(
+            SERVICE_ID,
+            (
+                move |id: &CmId, req: ReqInfo| {
+                    keep.lock().push(id.clone());
+                    if req.private_data.starts_with(b"Refused") {
+                        return Verdict::Destroy;
+                    }
+                    id.reply(&Reply::new(next_qpn())).unwrap();
+                    Verdict::Keep
+                },
+                |_: &CmId, event: Event| match event {
+                    Event::RtuReceived { private_data } if private_data.starts_with(b"destroy") => {
+                        Verdict::Destroy
+                    }
+                    _ => Verdict::Keep,
+                },
+            ),
+        )
+        .unwrap();
+    let mut conns = Vec::new();
+    for end in [
+        End::Refused,
+        End::RepRejected,
+        End::RepTimedOut,
+        End::DestroyedEstablished,
+    ] {
+        let conn = a
+            .create_id_with(move |id: &CmId, event: Event| {
+                if let Event::RepReceived(_) = event {
+                    let _ = match end {
+                        End::RepRejected => id.reject(RejectReason::CONSUMER_DEFINED, b"", b""),
+                        End::DestroyedEstablished => id.confirm(b"destroy"),
+                        End::Refused | End::RepTimedOut => Ok(()),
+                    };
+                }
+                Verdict::Keep
+            })
+            .unwrap();
+        let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
+        let req = ConnectRequest::builder(path, SERVICE_ID, next_qpn())
+            .private_data(format!("{end:?}").as_bytes())
+            .remote_cm_response_timeout(12)
+            .local_cm_response_timeout(12)
+            .max_cm_retries(2)
+            .build();
+        conn.request(req).unwrap();
+        conns.push(conn);
+    }
+    let until = Instant::now() + WAIT;
+    while seen.lock().len() < 4 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ids = seen.lock().clone();
+    assert_eq!(ids.len(), 4, "four requests");
+    for id in &ids {
+        assert!(becomes_destroyed(id), "{id:?} left behind");
+    }
+}
