@@ -417,3 +417,42 @@ fn review_h_8_each_way_a_cm_connection_ends_destroys_its_id() {
         assert!(becomes_destroyed(id), "{id:?} left behind");
     }
 }
+
+/// A request rejected inside its own handler (its reason and private data
+/// the handler's, `Verdict::Keep`): the REJ is the handler's, and the id,
+/// destroyed by `reject` from inside its handler, is not touched after.
+#[test]
+fn review_h_9_a_request_rejected_inside_its_handler() {
+    let (a, b) = devices();
+    let (id_tx, id_rx) = mpsc::channel::<CmId>();
+    let id_tx = Mutex::new(id_tx);
+    let _listener = b
+        .listen_with(
+            SERVICE_ID,
+            (
+                move |id: &CmId, _: ReqInfo| {
+                    id.reject(RejectReason::CONSUMER_DEFINED, b"", b"mine")
+                        .unwrap();
+                    id_tx.lock().send(id.clone()).unwrap();
+                    Verdict::Keep
+                },
+                |_: &CmId, _: Event| Verdict::Keep,
+            ),
+        )
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let conn = a
+        .create_id_with(move |_: &CmId, event: Event| {
+            if let Event::RejReceived { private_data, .. } = event {
+                let _ = tx.lock().send(private_data);
+            }
+            Verdict::Keep
+        })
+        .unwrap();
+    conn.request(request(&a, &b, SERVICE_ID)).unwrap();
+    assert!(rx.recv_timeout(WAIT).unwrap().starts_with(b"mine"));
+    let passive = id_rx.recv_timeout(WAIT).unwrap();
+    assert!(becomes_destroyed(&passive));
+    assert!(passive.adopt().is_none());
+}

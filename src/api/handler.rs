@@ -29,9 +29,18 @@
 //!   call on it fails with `EINVAL` as on a destroyed id.
 //!
 //! A handler must not block: the CM's other ids wait while it runs (as a
-//! kernel ULP's handler must not sleep long). Dropping a [`HandlerId`]
-//! inside its own handler is allowed (the id goes once the handler
-//! returns).
+//! kernel ULP's handler must not sleep long). A wait of the blocking API
+//! there ([`Listener::accept`](super::Listener::accept),
+//! [`Connection::next_event`](super::Connection::next_event),
+//! [`Device::connect`](super::Device::connect), ...) would wait for the
+//! thread it runs on: it fails with `EDEADLK` (unless what it waits for
+//! is queued already), as C's `ibcm_process_events` does in a handler.
+//! Dropping a [`HandlerId`] or a [`HandlerListener`] inside a handler,
+//! even its own, is allowed (an id goes once its handler returns).
+//!
+//! A handler that panics is stopped there: the panic is logged, the id
+//! destroyed as for [`Verdict::Destroy`] (a request is rejected, a
+//! connection gets its DREQ), and the CM goes on with its other ids.
 //!
 //! ```
 //! use std::sync::mpsc;
