@@ -456,3 +456,83 @@ fn review_h_9_a_request_rejected_inside_its_handler() {
     assert!(becomes_destroyed(&passive));
     assert!(passive.adopt().is_none());
 }
+
+/// The last handle of a device dropped inside a handler while a request
+/// for a gone listener of it is still queued on the worker: close cannot
+/// wait for that work there (it runs after the handler), so it found an
+/// id left, failed with EBUSY, and the device stayed open for ever (every
+/// later open of its name: EBUSY).
+#[test]
+fn review_h_10_the_last_handle_dropped_in_a_handler_with_work_queued_behind() {
+    let (a, b) = devices();
+    let b_name = b.name().to_owned();
+    let slow =
+        |from: &Device, to: &Device, service_id: u64| request_timing(from, to, service_id, 20);
+
+    // B's passive id, adopted, left in REP_SENT (A does not confirm); its
+    // handler drops the last handles of B (a queue listener and itself)
+    // on USER_ESTABLISHED.
+    let last: Arc<Mutex<Option<HandlerId>>> = Arc::default();
+    let queued: Arc<Mutex<Option<ib_cm::Listener>>> = Arc::default();
+    let (adopt_last, drop_last, drop_queued) = (last.clone(), last.clone(), queued.clone());
+    let (done_tx, done_rx) = mpsc::channel();
+    let done_tx = Mutex::new(done_tx);
+    let listener = b
+        .listen_with(
+            SERVICE_ID,
+            (
+                move |id: &CmId, _: ReqInfo| {
+                    *adopt_last.lock() = id.adopt();
+                    id.reply(&Reply::new(next_qpn())).unwrap();
+                    Verdict::Keep
+                },
+                move |_: &CmId, event: Event| {
+                    if let Event::UserEstablished = event {
+                        drop(drop_queued.lock().take());
+                        drop(drop_last.lock().take());
+                        done_tx.lock().send(()).unwrap();
+                    }
+                    Verdict::Keep
+                },
+            ),
+        )
+        .unwrap();
+    let (a_tx, a_rx) = mpsc::channel::<&'static str>();
+    let a_tx = Mutex::new(a_tx);
+    let unconfirmed = a
+        .create_id_with(move |_: &CmId, event: Event| {
+            let _ = a_tx.lock().send(event.kernel_name());
+            Verdict::Keep
+        })
+        .unwrap();
+    unconfirmed.request(slow(&a, &b, SERVICE_ID)).unwrap();
+    assert_eq!(next(&a_rx), "REP_RECEIVED");
+    *queued.lock() = Some(b.listen(SERVICE_ID + 1).unwrap());
+
+    // The worker held in a handler of A's (a REJ: nobody listens there)
+    // while a REQ for B's queue listener and B's USER_ESTABLISHED are
+    // queued behind it, in that order.
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let gate_rx = Mutex::new(gate_rx);
+    let (held_tx, held_rx) = mpsc::channel();
+    let held_tx = Mutex::new(held_tx);
+    let blocker = a
+        .create_id_with(move |_: &CmId, event: Event| {
+            if let Event::RejReceived { .. } = event {
+                held_tx.lock().send(()).unwrap();
+                let _ = gate_rx.lock().recv_timeout(WAIT);
+            }
+            Verdict::Keep
+        })
+        .unwrap();
+    blocker.request(slow(&a, &b, SERVICE_ID + 2)).unwrap();
+    held_rx.recv_timeout(WAIT).unwrap();
+    let _pending = a.request(slow(&a, &b, SERVICE_ID + 1)).unwrap();
+    last.lock().as_ref().unwrap().notify_established().unwrap();
+    drop(listener);
+    drop(b);
+    gate_tx.send(()).unwrap();
+
+    done_rx.recv_timeout(WAIT).unwrap();
+    assert!(reopens(&b_name), "B closed once its queued work ran");
+}
