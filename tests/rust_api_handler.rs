@@ -260,6 +260,8 @@ fn a_request_answered_later_from_another_thread() {
 fn a_device_going_takes_its_handler_connections_with_it() {
     let (a, b) = devices();
     let passive_qpn = next_qpn();
+    let (b_tx, b_rx) = mpsc::channel();
+    let b_record = recorder(b_tx);
     let listener = b
         .listen_with(
             SERVICE_ID,
@@ -268,7 +270,10 @@ fn a_device_going_takes_its_handler_connections_with_it() {
                     id.reply(&Reply::new(passive_qpn)).unwrap();
                     Verdict::Keep
                 },
-                |_: &CmId, _: Event| Verdict::Keep,
+                move |id: &CmId, event: Event| {
+                    b_record(id, &event);
+                    Verdict::Keep
+                },
             ),
         )
         .unwrap();
@@ -285,6 +290,9 @@ fn a_device_going_takes_its_handler_connections_with_it() {
         .unwrap();
     conn.request(request(&a, &b, next_qpn(), b"")).unwrap();
     assert_eq!(next(&a_rx).1, "REP_RECEIVED");
+    // B established too (its RTU may still be on its way when A's REP
+    // handler has run): else B's end is a REJ, not a DREQ.
+    assert_eq!(next(&b_rx).1, "RTU_RECEIVED");
     let b_name = b.name().to_owned();
     drop(listener);
     drop(b);

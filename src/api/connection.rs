@@ -10,7 +10,7 @@ use super::event::{Event, RepInfo, ReqInfo};
 use super::handle::IdHandle;
 use super::params::ConnectRequest;
 use super::qp::{QpAttributes, QpState, qp_attributes};
-use super::queue::{Popped, Queue};
+use super::queue::{Popped, Queue, would_deadlock};
 use super::types::{RejectReason, State};
 use crate::cm;
 use crate::cm::id::CmIdPriv;
@@ -51,6 +51,7 @@ pub(super) fn take_until(
                 break Err(Error::TimedOut { op, after });
             }
             Popped::Finished => break Err(Error::Closed { op }),
+            Popped::WouldDeadlock => break Err(would_deadlock(op)),
         };
         if let Some(result) = settle(step(event), &mut kept) {
             break result;
@@ -577,6 +578,7 @@ impl Connection {
                 after: timeout.unwrap_or_default(),
             }),
             Popped::Finished => Err(Error::Closed { op }),
+            Popped::WouldDeadlock => Err(would_deadlock(op)),
         }
     }
 

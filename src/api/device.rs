@@ -11,8 +11,9 @@ use super::listener::Listener;
 use super::params::ConnectRequest;
 use super::sidr::{OutgoingSidrRequest, SidrListener, SidrReply, SidrRequest};
 use super::types::{Gid, Path};
-use crate::cm;
+use crate::cm::{self, worker};
 use crate::errno::EOPNOTSUPP;
+use crate::ibcm_log;
 use crate::refusal::{Rule, refuse};
 
 /// An open device (`ibcm_open_device`): `loop0`, `loop1`, ... are devices of
@@ -74,10 +75,35 @@ impl Drop for DeviceShared {
         // listener made belong to the CM and live on their own: they end
         // with the device.
         handler::destroy_cm_owned(&self.engine);
-        let _ = cm::close_device(&self.engine);
+        let closed = cm::close_device(&self.engine);
+        if closed.is_err() && (worker::on_worker() || worker::in_handler()) {
+            // Dropped inside a handler: the ids left go with work queued
+            // behind it, which close cannot wait for on this thread.
+            close_later(self.engine.clone(), self.driver_stop.take());
+            return;
+        }
         if let Some(stop) = &self.driver_stop {
             stop.stop();
         }
+    }
+}
+
+/// Closes `engine` on a thread of its own, which waits for the CM's queued
+/// work (`cm::CLOSE_WAIT` at most) as a close outside a handler does.
+fn close_later(engine: Arc<cm::device::Device>, driver_stop: Option<Arc<StopSignal>>) {
+    let close = move || {
+        if let Err(e) = cm::close_device(&engine) {
+            ibcm_log!(Error, "device {} not closed: {e:?}", engine.name);
+        }
+        if let Some(stop) = driver_stop {
+            stop.stop();
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("ibcm-close".into())
+        .spawn(close);
+    if let Err(e) = spawned {
+        ibcm_log!(Error, "cannot start a thread to close a device: {e}");
     }
 }
 

@@ -29,9 +29,18 @@
 //!   call on it fails with `EINVAL` as on a destroyed id.
 //!
 //! A handler must not block: the CM's other ids wait while it runs (as a
-//! kernel ULP's handler must not sleep long). Dropping a [`HandlerId`]
-//! inside its own handler is allowed (the id goes once the handler
-//! returns).
+//! kernel ULP's handler must not sleep long). A wait of the blocking API
+//! there ([`Listener::accept`](super::Listener::accept),
+//! [`Connection::next_event`](super::Connection::next_event),
+//! [`Device::connect`](super::Device::connect), ...) would wait for the
+//! thread it runs on: it fails with `EDEADLK` (unless what it waits for
+//! is queued already), as C's `ibcm_process_events` does in a handler.
+//! Dropping a [`HandlerId`] or a [`HandlerListener`] inside a handler,
+//! even its own, is allowed (an id goes once its handler returns).
+//!
+//! A handler that panics is stopped there: the panic is logged, the id
+//! destroyed as for [`Verdict::Destroy`] (a request is rejected, a
+//! connection gets its DREQ), and the CM goes on with its other ids.
 //!
 //! ```
 //! use std::sync::mpsc;
@@ -69,6 +78,7 @@
 //! # Ok::<(), ib_cm::Error>(())
 //! ```
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -194,14 +204,22 @@ impl CmId {
     /// it when its connection is over, and dropping the [`HandlerId`] does,
     /// as a kernel ULP destroys its passive ids itself. `None` for an id
     /// that is the caller's already (taken before, or from
-    /// [`Device::create_id_with`](super::Device::create_id_with)), or whose
-    /// device is closing.
+    /// [`Device::create_id_with`](super::Device::create_id_with)), that the
+    /// CM destroys or destroyed (its connection over, a handler's
+    /// [`Verdict::Destroy`]), or whose device is closing.
     pub fn adopt(&self) -> Option<HandlerId> {
         let device = self.device.as_ref()?.upgrade()?;
         let context = &self.id.public.context;
         context
             .compare_exchange(CM_OWNED, ADOPTED, Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
+        // The CM releases an id (the same field, compare-and-swapped) before
+        // it destroys it, so this CAS fails once it decided; this is for an
+        // id the engine destroyed on its own (a request orphaned by its
+        // listener's end).
+        if self.id.is_destroyed() {
+            return None;
+        }
         Some(HandlerId {
             id: CmId {
                 id: self.id.clone(),
@@ -240,11 +258,18 @@ impl CmId {
     }
 
     /// Rejects (`ib_send_cm_rej`): a request, or a REP. Up to 72 bytes of
-    /// ARI and 148 of private data.
+    /// ARI and 148 of private data. A request of the CM's (not adopted)
+    /// rejected is over: the CM destroys its id then.
     pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
         call("CmId::reject", || {
             cm::send_rej(&self.id, reason.0, ari, private_data)
-        })
+        })?;
+        // A REJ of a request leaves the id IDLE with no event to follow,
+        // so no handler's return would destroy it.
+        if self.device.is_some() && self.id.state() == IB_CM_IDLE && release(&self.id) {
+            cm::destroy_id(&self.id, 0);
+        }
+        Ok(())
     }
 
     /// Asks the peer for more time (`ib_send_cm_mra`, sent now):
@@ -403,6 +428,19 @@ const CM_OWNED: usize = usize::MAX;
 /// The `context` of such an id once [`CmId::adopt`] gave it to a caller.
 const ADOPTED: usize = usize::MAX - 1;
 
+/// The `context` of such an id the CM decided to destroy: no longer
+/// [`CM_OWNED`], so that [`CmId::adopt`] cannot take it from then on.
+const RELEASED: usize = usize::MAX - 2;
+
+/// Takes `id` from the CM for destroying, unless adopted (or released)
+/// before: true if it was the CM's.
+fn release(id: &CmIdPriv) -> bool {
+    id.public
+        .context
+        .compare_exchange(CM_OWNED, RELEASED, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
 /// Destroys the ids of `device` that belong to the CM (a handler
 /// listener's connections): its last handle is going.
 pub(super) fn destroy_cm_owned(device: &Arc<cm::device::Device>) {
@@ -431,25 +469,52 @@ fn engine_handler(handler: Arc<dyn Handler>, owner: Owner) -> cm::id::Handler {
                 Owner::Cm(device) => Some(device.clone()),
             },
         };
-        let verdict = match &ev.param {
-            EventParam::ReqRcvd(r) => handler.request(&cm_id, request_info(id, ev, r)),
-            // SIDR requests are not served by handlers: SIDR_REP REJECT, as
-            // a C handler's refusal gives.
-            EventParam::SidrReqRcvd(_) => Verdict::Destroy,
-            _ => match Event::from_engine(ev) {
-                Some(event) => handler.event(&cm_id, event),
-                None => Verdict::Keep,
-            },
-        };
+        let verdict = call_handler(&*handler, &cm_id, id, ev);
+        let cm_owned = matches!(owner, Owner::Cm(_));
         // A connection of the CM's is over once an event leaves it IDLE.
-        let over = matches!(owner, Owner::Cm(_))
-            && id.public.context.load(Ordering::Acquire) == CM_OWNED
-            && id.state() == IB_CM_IDLE;
+        // Released first either way: an `adopt` racing this cannot win
+        // once the CM has decided.
+        let over = cm_owned && id.state() == IB_CM_IDLE && release(id);
+        if cm_owned && verdict == Verdict::Destroy {
+            release(id);
+        }
         if verdict == Verdict::Destroy || over {
             -libc::ECONNREFUSED
         } else {
             0
         }
+    })
+}
+
+/// Calls `handler` for `ev` of `id`. A handler that panics is a bug of
+/// the caller's: the panic stops there (the CM's thread serves every id)
+/// and is logged, and the id is destroyed as for [`Verdict::Destroy`],
+/// its handler's state being unknown (a request is rejected at once,
+/// rather than forgotten for the peer to retry into the same panic).
+fn call_handler(handler: &dyn Handler, cm_id: &CmId, id: &CmIdPriv, ev: &CmEvent) -> Verdict {
+    let called = catch_unwind(AssertUnwindSafe(|| match &ev.param {
+        EventParam::ReqRcvd(r) => handler.request(cm_id, request_info(id, ev, r)),
+        // SIDR requests are not served by handlers: SIDR_REP REJECT, as
+        // a C handler's refusal gives.
+        EventParam::SidrReqRcvd(_) => Verdict::Destroy,
+        _ => match Event::from_engine(ev) {
+            Some(event) => handler.event(cm_id, event),
+            None => Verdict::Keep,
+        },
+    }));
+    called.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(not a string)");
+        crate::ibcm_log!(
+            Error,
+            "a handler panicked on {:?} of cm_id {:#x}: {what}; the id is destroyed",
+            ev.event,
+            u32::from_be(id.public.local_id.load(Ordering::Relaxed))
+        );
+        Verdict::Destroy
     })
 }
 

@@ -11,7 +11,7 @@ use super::event::{Event, ReqInfo};
 use super::handle::{IdHandle, Router};
 use super::params::Reply;
 use super::qp::{QpAttributes, QpState, qp_attributes};
-use super::queue::{Popped, Queue};
+use super::queue::{Popped, Queue, would_deadlock};
 use super::types::{RejectReason, State};
 use crate::abi::ib_event_type::IB_EVENT_COMM_EST;
 use crate::cm::{self, CM_ASSIGN_SERVICE_ID, id::CmIdPriv};
@@ -88,6 +88,7 @@ impl Listener {
                 op,
                 after: timeout.unwrap_or_default(),
             }),
+            Popped::WouldDeadlock => Err(would_deadlock(op)),
         }
     }
 
@@ -216,7 +217,7 @@ impl IncomingRequest {
         let deadline = Instant::now() + GONE_EVENT_WAIT;
         match self.handle.events.pop(Some(deadline)) {
             Popped::Item(event) => Some(gone_error(op, event)),
-            Popped::TimedOut | Popped::Finished => None,
+            Popped::TimedOut | Popped::Finished | Popped::WouldDeadlock => None,
         }
     }
 

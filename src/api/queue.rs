@@ -13,6 +13,19 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::error::Error;
+use crate::cm::worker;
+use crate::errno::EDEADLK;
+use crate::refusal::Rule;
+
+/// `EDEADLK` for `op`, a wait of the blocking API called where the CM's
+/// events run ([`Popped::WouldDeadlock`]), as C's `ibcm_process_events`
+/// from a handler.
+pub(super) fn would_deadlock(op: &'static str) -> Error {
+    let rule = "a wait for the CM's events inside a handler (on the CM's thread)";
+    Error::refused(op, EDEADLK, Some(Rule::Text(rule)))
+}
+
 /// Items for one owner, in the order the engine delivered them.
 pub(super) struct Queue<T> {
     state: Mutex<State<T>>,
@@ -120,6 +133,10 @@ pub(super) enum Popped<T> {
     TimedOut,
     /// Empty, and nothing more will come.
     Finished,
+    /// Empty, and the caller runs on the CM's thread (a handler, an SA
+    /// callback), the one that would fill the queue: it would wait for
+    /// itself.
+    WouldDeadlock,
 }
 
 impl<T> Default for Queue<T> {
@@ -185,6 +202,9 @@ impl<T> Queue<T> {
             }
             if s.finished {
                 return Popped::Finished;
+            }
+            if worker::in_handler() || worker::on_worker() {
+                return Popped::WouldDeadlock;
             }
             match deadline {
                 Some(deadline) => {
