@@ -9,7 +9,7 @@ use super::device::DeviceShared;
 use super::error::{Error, Result, call};
 use super::event::mad_bytes;
 use super::handle::Router;
-use super::queue::{Popped, Queue};
+use super::queue::{Popped, Queue, would_deadlock};
 use super::types::{Path, SendStatus, State};
 use crate::abi::ib_cm_event_type::{IB_CM_SIDR_REP_RECEIVED, IB_CM_SIDR_REQ_ERROR};
 use crate::cm::event::{CmEvent, EventParam, SidrReqRcvd};
@@ -241,6 +241,7 @@ impl OutgoingSidrRequest {
             }),
             // The outcome is the only item, and `self` took none before.
             Popped::Finished => Err(Error::Closed { op }),
+            Popped::WouldDeadlock => Err(would_deadlock(op)),
         }
     }
 
@@ -365,6 +366,7 @@ impl SidrListener {
                 op,
                 after: timeout.unwrap_or_default(),
             }),
+            Popped::WouldDeadlock => Err(would_deadlock(op)),
         }
     }
 
