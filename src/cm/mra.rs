@@ -18,6 +18,7 @@
 //! CMA_CM_MRA_SETTING)`). The MRA is stateless: the id stays where it is, so
 //! every call the user makes afterwards behaves as in the kernel.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -141,34 +142,39 @@ impl AutoMra {
 /// came from, if the device sends automatic ones, so the peer waits
 /// instead of timing out. Nothing about the id changes. One MRA per
 /// duplicate received: never more MADs out than came in.
+///
+/// Only for the peer's retransmission: a duplicate that comes less than
+/// half the peer's response timeout after the original is a copy the
+/// fabric made, not a sign that the peer's timer ran out; it is dropped as
+/// the kernel drops it, and the peer keeps its short interval.
 pub fn auto_mra(work: &Received, l: &Locked, mraed: MsgResponse) {
-    let Some(service_timeout) = work
-        .device
-        .auto_mra()
-        .service_timeout(l.inner.peer_response_timeout)
-    else {
+    let peer = l.inner.peer_response_timeout;
+    let Some(service_timeout) = work.device.auto_mra().service_timeout(peer) else {
         return;
     };
+    let retransmitted_after = Duration::from_millis(u64::from(convert_to_ms(peer) / 2));
+    let arrived = l.inner.peer_msg_arrived;
+    if arrived.is_none_or(|at| at.elapsed() < retransmitted_after) {
+        return;
+    }
     let mra = format_mra_with(l, mraed, service_timeout, &[]);
     if !work.reply_to_retry(&mra) {
         return;
     }
     if let Ok(c) = work.device.counters(work.port) {
-        c.tx_auto_mra
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        c.tx_auto_mra.fetch_add(1, Ordering::Relaxed);
     }
+    let answered = match mraed {
+        MsgResponse::Req => "REQ",
+        _ => "REP",
+    };
     ibcm_log!(
         Debug,
-        "{} {}:{} auto MRA of {} (service timeout {service_timeout}): a duplicate, \
-         its user has not answered",
+        "{} {}:{} auto MRA of {answered} (service timeout {service_timeout}): a \
+         duplicate, its user has not answered",
         CommIds(l.id),
         work.device.name,
-        work.port,
-        if mraed == MsgResponse::Req {
-            "REQ"
-        } else {
-            "REP"
-        }
+        work.port
     );
 }
 

@@ -185,6 +185,7 @@ pub fn rep_handler(work: Received) {
     }
     l.set_remote_id(rep.local_comm_id);
     l.set_state(IB_CM_REP_RCVD, "REP received");
+    l.inner.peer_msg_arrived = Some(std::time::Instant::now());
     l.inner.initiator_depth = rep.responder_resources;
     l.inner.responder_resources = rep.initiator_depth;
     l.inner.sq_psn = rep.starting_psn;

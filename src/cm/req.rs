@@ -399,6 +399,7 @@ pub fn req_handler(work: Received) {
     l.inner.timeout_ms = convert_to_ms(req.local_cm_response_timeout);
     l.inner.max_cm_retries = req.max_cm_retries;
     l.inner.peer_response_timeout = req.remote_cm_response_timeout;
+    l.inner.peer_msg_arrived = Some(std::time::Instant::now());
     l.inner.initiator_depth = req.responder_resources;
     l.inner.responder_resources = req.initiator_depth;
     l.inner.path_mtu = req.path_mtu;

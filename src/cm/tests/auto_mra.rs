@@ -16,6 +16,7 @@ use crate::cm::mra::{AUTO_MRA_DEFAULT, AutoMra};
 use crate::cm::path::{convert_to_ms, req_timeout_ms};
 use crate::cm::worker::process_device_events;
 use crate::cm::{prepare_mra, send_mra, send_rej, send_rep, send_req, send_rtu};
+use crate::log::capture::Capture;
 use crate::wire::{Mra, MsgResponse, Req, attr, parse_header};
 
 fn counters(device: &Device) -> Snapshot {
@@ -74,6 +75,7 @@ fn take_events(b: &Device, n: usize) {
 fn auto_mra_slow_passive_connects() {
     let pair = Pair::with_b_in_fd_mode();
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    let capture = Capture::of(&[&pair.b.name]);
     let p = impatient(&pair);
     let start = Instant::now();
     send_req(&pair.active, &p).unwrap();
@@ -100,6 +102,9 @@ fn auto_mra_slow_passive_connects() {
         "{} MRAs for {dups} duplicates",
         c.tx_auto_mra
     );
+    // Said at IBCM_LOG=debug, with the service timeout (15 + 4).
+    let on_b = format!(" {}:1 auto MRA of REQ (service timeout 19)", pair.b.name);
+    assert!(!capture.lines_with(&["debug: ", &on_b]).is_empty());
     // Booked as the kernel books an answer to a retransmission
     // (`cm_send_handler`: `1 + retries` messages, retries 1).
     assert_eq!(c.tx_msgs[of(attr::MRA)], 2 * c.tx_auto_mra);
@@ -259,9 +264,10 @@ fn dup_rep_in_rep_rcvd_dropped_when_auto_mra_off() {
     pair.finish(&[&passive]);
 }
 
-/// A peer that floods one REQ: every duplicate gets exactly one MRA (of
-/// REQ, for that REQ, service timeout its response timeout + 4), never
-/// more MADs out than in.
+/// A peer that floods one REQ: a copy right behind the REQ is the fabric's,
+/// not a retransmission, and is dropped as in the kernel; after that every
+/// duplicate gets exactly one MRA (of REQ, for that REQ, service timeout
+/// the REQ's response timeout + 4), never more MADs out than in.
 #[test]
 fn auto_mra_answers_a_flood_of_duplicate_reqs_one_for_one() {
     const DUPLICATES: u64 = 200;
@@ -276,8 +282,8 @@ fn auto_mra_answers_a_flood_of_duplicate_reqs_one_for_one() {
         local_qpn: 0x4242,
         pkey: 0xffff,
         path_mtu: 3,
-        remote_cm_response_timeout: 20,
-        local_cm_response_timeout: 20,
+        remote_cm_response_timeout: 16, // 256 ms
+        local_cm_response_timeout: 16,
         max_cm_retries: 15,
         ..Req::default()
     };
@@ -287,13 +293,21 @@ fn auto_mra_answers_a_flood_of_duplicate_reqs_one_for_one() {
     req.primary_path.remote_lid = pair.b.ports[0].lid;
     req.primary_path.subnet_local = true;
     let mad = req.encode(0x77);
+    let sent = Instant::now();
     raw.send_to(&pair.b, &mad);
+    raw.send_to(&pair.b, &mad); // the fabric's copy
+    wait_until("B took the copy", || {
+        counters(&pair.b).rx_duplicates[of(attr::REQ)] == 1
+    });
+    assert_eq!(raw.received_after(Duration::from_millis(20)), 0);
     let passive = pair.rec.nth_new_id(1);
+    // The peer's retransmissions: from half its response timeout on.
+    sleep_until(sent + Duration::from_millis(200));
     for _ in 0..DUPLICATES {
         raw.send_to(&pair.b, &mad);
     }
     wait_until("B took every duplicate", || {
-        counters(&pair.b).rx_duplicates[of(attr::REQ)] == DUPLICATES
+        counters(&pair.b).rx_duplicates[of(attr::REQ)] == 1 + DUPLICATES
     });
     let answers = raw.received_after(Duration::from_millis(100));
     assert_eq!(answers as u64, DUPLICATES, "one answer per duplicate");
@@ -306,7 +320,7 @@ fn auto_mra_answers_a_flood_of_duplicate_reqs_one_for_one() {
         let mra = Mra::decode(&answer).unwrap();
         assert_eq!(mra.message_mraed, MsgResponse::Req);
         assert_eq!(mra.remote_comm_id, req.local_comm_id);
-        assert_eq!(mra.service_timeout, 24);
+        assert_eq!(mra.service_timeout, 20);
     }
     assert_eq!(passive.state(), IB_CM_REQ_RCVD);
     pair.finish(&[&passive]);
