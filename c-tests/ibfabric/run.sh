@@ -371,7 +371,7 @@ mesh-slow)
         if [ $mra = off ]; then
             [ "$lost" -gt 0 ] || { echo "no connection failed without the automatic MRA: the delay is too short"; failed=1; }
         else
-            [ "$lost" = 0 ] && [ "$(echo $rcs | tr -d ' 0')" = "" ] || failed=1
+            [ "$lost" = 0 ] && [ -z "$(echo "$rcs" | tr -d ' 0')" ] || failed=1
             [ "$mras" -gt 0 ] || { echo "no MRA sent"; failed=1; }
         fi
     done
