@@ -167,9 +167,12 @@ int main(void) {
   struct ib_cm_id *listener = listen_b(SERVICE_ID, test_handler, NULL);
   struct conn_opts o;
   conn_opts_default(&o);
-  /* A resends its REQ every 2 * 1 + 1024 ms, six times in all: no duplicate
-   * REQ reaches B while a check runs. */
+  /* A resends its REQ every 2 * 1 + 1024 ms, six times in all, and B its
+   * REP every 1024 ms: no duplicate REQ or REP reaches the other side while
+   * a check runs (one would get an automatic MRA, whose service timeout is
+   * not the one the user's MRA checks for). */
   o.remote_cm_response_timeout = 18;
+  o.local_cm_response_timeout = 18;
   uint8_t pd[IB_CM_MRA_PRIVATE_DATA_SIZE + 33];
   fill_pattern(pd, sizeof(pd), MRA_PD_SEED);
 

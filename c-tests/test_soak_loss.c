@@ -40,6 +40,7 @@ struct soak_conn {
 static struct soak_conn conns[CONNS];
 static atomic_int b_created;
 static atomic_int late_reqs; /* REQs that came after their connection's passive id */
+static atomic_int mras;      /* automatic MRAs received */
 static atomic_int reqs_after_teardown; /* first REQ_RECEIVEDs after A gave up and was destroyed */
 
 /* Stored in soak_conn.b by the teardown: no REQ_RECEIVED may claim it after. */
@@ -115,6 +116,12 @@ static int handler(struct ib_cm_id *cm_id, const struct ib_cm_event *e) {
     break;
   case IB_CM_REP_ERROR:
     atomic_store(&c->b_setup_failed, 1);
+    break;
+  case IB_CM_MRA_RECEIVED:
+    /* The other side's CM asks for time: a retransmitted REQ (REP) found
+     * its user not done yet, the worker busy with a batch (the automatic
+     * MRA, docs/kernel-differences.md). */
+    atomic_fetch_add(&mras, 1);
     break;
   default:
     test_fail(__FILE__, __LINE__, "connection %u: unexpected %s on %s", c->index,
@@ -235,9 +242,11 @@ int main(void) {
   }
   printf("%d connections in %lld ms with %d%% dropped, %d%% duplicated: "
          "%llu MADs sent, %llu received; %u setups failed (REQ_ERROR/REJ/REP_ERROR), "
-         "%u DREQ_ERRORs; b ids %d, late REQs refused %d (%d after teardown): OK\n",
+         "%u DREQ_ERRORs; b ids %d, late REQs refused %d (%d after teardown), "
+         "%d MRAs: OK\n",
          CONNS, now_ms() - t0, DROP_PERCENT, DUP_PERCENT, tx, rx, setup_failed, dreq_errors,
-         atomic_load(&b_created), atomic_load(&late_reqs), atomic_load(&reqs_after_teardown));
+         atomic_load(&b_created), atomic_load(&late_reqs), atomic_load(&reqs_after_teardown),
+         atomic_load(&mras));
   test_finish();
   return 0;
 }

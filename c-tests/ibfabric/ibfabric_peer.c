@@ -34,6 +34,13 @@
  *                                       rdma_cm resolves a route per
  *                                       connection), timed with the mesh,
  *                                       instead of once per peer before it
+ *   ibfabric_peer mesh-slow DIR N I ROUNDS DELAY
+ *                                       as mesh, but every process answers
+ *                                       the REQs it gets one at a time,
+ *                                       DELAY ms apart (a passive side that
+ *                                       falls behind, issue 33); prints how
+ *                                       many connections were made and how
+ *                                       many failed, exit 1 if any failed
  *   ibfabric_peer lap-server DIR        a connection that receives a LAP
  *   ibfabric_peer lap-client DIR SLID DLID   connects, then sends a LAP with
  *                                       the alternate path SLID -> DLID
@@ -604,6 +611,139 @@ static int mesh(const char *dir, int n, int me, int rounds, bool lossy) {
   return 0;
 }
 
+/* --- mesh-slow: an all-to-all whose passive sides fall behind ----------
+ * Issue 33. Like mesh, but each process answers the REQs it receives from
+ * a thread of its own, one every DELAY ms, in the order they came: the
+ * k-th waits k x DELAY, more than an active side's whole patience for the
+ * later ones (1 s response timeout, 2 retries: three tries about 3 s apart
+ * with the SA's packet lifetime). Without the automatic MRA
+ * (IBCM_AUTO_MRA=off, the kernel's drop of a duplicate REQ in REQ_RCVD)
+ * those end in REQ_ERROR on the active side (REP_ERROR on the passive,
+ * whose late REP nobody wants); with it the passive CM answers each
+ * retransmitted REQ with an MRA, the active side waits, and every
+ * connection is made. Once every process has its outcome the ids are
+ * destroyed (an established one sends its DREQ). */
+#define SLOW_MAX (MESH_MAX * 4)
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct ib_cm_id *ids[SLOW_MAX];
+  uint32_t qpns[SLOW_MAX];
+  int queued, answered;
+  bool done;
+} slow = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int slow_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *event) {
+  if (event->event == IB_CM_REQ_RECEIVED) {
+    pthread_mutex_lock(&slow.mu);
+    CHECK(slow.queued < SLOW_MAX);
+    slow.ids[slow.queued] = cm_id;
+    slow.qpns[slow.queued++] = event->param.req_rcvd.remote_qpn;
+    pthread_cond_signal(&slow.cv);
+    pthread_mutex_unlock(&slow.mu);
+  }
+  return test_handler(cm_id, event); /* reply_req is 0: logs it only */
+}
+
+static void *slow_answerer(void *arg) {
+  int delay_ms = *(int *)arg;
+  pthread_mutex_lock(&slow.mu);
+  for (;;) {
+    while (slow.answered == slow.queued && !slow.done)
+      pthread_cond_wait(&slow.cv, &slow.mu);
+    if (slow.answered == slow.queued)
+      break;
+    int k = slow.answered++;
+    pthread_mutex_unlock(&slow.mu);
+    sleep_ms(delay_ms);
+    /* Refused only if the id went meanwhile; its outcome is counted. */
+    (void)answer_req(slow.ids[k], slow.qpns[k]);
+    pthread_mutex_lock(&slow.mu);
+  }
+  pthread_mutex_unlock(&slow.mu);
+  return NULL;
+}
+
+static int mesh_slow(const char *dir, int n, int me, int rounds, int delay_ms) {
+  CHECK(n <= MESH_MAX && rounds >= 1 && n * rounds <= SLOW_MAX && delay_ms >= 0);
+  atomic_store(&reply_req, 0);
+  struct ib_cm_id *listener = create_id(dev_a, slow_handler, NULL);
+  CHECK_EQ(ib_cm_listen(listener, htobe64(service_id())), 0);
+  write_gid_as(dir, me);
+  static struct sa_path_rec paths[MESH_MAX];
+  static union ib_gid gids[MESH_MAX];
+  mesh_paths(dir, n, me, 1, false, gids, paths);
+  touch_as(dir, "ready", me);
+  wait_files(dir, "go", 0);
+  pthread_t answerer;
+  CHECK_EQ(pthread_create(&answerer, NULL, slow_answerer, &delay_ms), 0);
+  long long t0 = now_ms();
+  unsigned actives = (unsigned)((n - 1 - me) * rounds), passives = (unsigned)(me * rounds);
+  struct ib_cm_id **ids = calloc((size_t)actives + 1, sizeof(*ids));
+  CHECK(ids != NULL);
+  unsigned k = 0;
+  for (int j = me + 1; j < n; j++) {
+    struct conn_opts o;
+    conn_opts_default(&o);
+    o.remote_cm_response_timeout = o.local_cm_response_timeout = 18;
+    o.max_cm_retries = 2;
+    for (int r = 0; r < rounds; r++) {
+      struct ib_cm_req_param req;
+      req_param_init(&req, &paths[j], &o, next_qpn());
+      ids[k] = create_id(dev_a, slow_handler, NULL);
+      CHECK_EQ(ib_send_cm_req(ids[k++], &req), 0);
+    }
+  }
+  /* Every connection's outcome: up (REP_RECEIVED, RTU_RECEIVED) or failed
+   * (REQ_ERROR, REP_ERROR). */
+  unsigned up_a, up_p, req_err, rep_err;
+  long long until = now_ms() + 110000;
+  for (;;) {
+    up_a = count_events(NULL, IB_CM_REP_RECEIVED);
+    up_p = count_events(NULL, IB_CM_RTU_RECEIVED);
+    req_err = count_events(NULL, IB_CM_REQ_ERROR);
+    rep_err = count_events(NULL, IB_CM_REP_ERROR);
+    if (up_a + req_err >= actives && up_p + rep_err >= passives)
+      break;
+    if (now_ms() > until)
+      test_fail(__FILE__, __LINE__, "outcomes: %u+%u of %u active, %u+%u of %u passive", up_a,
+                req_err, actives, up_p, rep_err, passives);
+    sleep_ms(10);
+  }
+  long long took = now_ms() - t0;
+  struct ibcm_counters c;
+  CHECK_EQ(ibcm_get_counters(dev_a, 1, &c), 0);
+  printf("mesh-slow %d/%d: answers %d ms apart; %u active: %u up, %u REQ_ERROR, "
+         "%u MRA_RECEIVED; %u passive: %u up, %u REP_ERROR; %llu MRAs sent "
+         "(cm_tx_retries of MRA), %llu duplicate REQs; outcomes in %lld ms\n",
+         me, n, delay_ms, actives, up_a, req_err, count_events(NULL, IB_CM_MRA_RECEIVED),
+         passives, up_p, rep_err, (unsigned long long)c.cm_tx_retries[IBCM_CNT_MRA],
+         (unsigned long long)c.cm_rx_duplicates[IBCM_CNT_REQ], took);
+  fflush(stdout);
+  /* Nobody destroys an id before everybody has its outcomes. */
+  touch_as(dir, "up", me);
+  wait_files(dir, "up", n);
+  pthread_mutex_lock(&slow.mu);
+  slow.done = true;
+  pthread_cond_signal(&slow.cv);
+  pthread_mutex_unlock(&slow.mu);
+  CHECK_EQ(pthread_join(answerer, NULL), 0);
+  for (unsigned i = 0; i < k; i++)
+    ib_destroy_cm_id(ids[i]);
+  for (int i = 0; i < slow.queued; i++)
+    ib_destroy_cm_id(slow.ids[i]);
+  ib_destroy_cm_id(listener);
+  free(ids);
+  /* Nobody exits while the others' DREQs (and the stateless DREPs they
+   * get) may still arrive: umad2sim's exit handler hangs on a MAD coming
+   * in then. */
+  touch_as(dir, "down", me);
+  wait_files(dir, "down", n);
+  sleep_ms(1000);
+  return req_err + rep_err == 0 ? 0 : 1;
+}
+
 /* --- lap: a LAP over the fabric -------------------------------------
  * The kernel receives LAPs (cm_lap_handler) but lost ib_send_cm_lap and
  * ib_send_cm_apr in 2019, and so has this library: the client's harness
@@ -952,6 +1092,8 @@ int main(int argc, char **argv) {
   } else if (!strcmp(argv[1], "mesh") && argc > 5) {
     rc = mesh(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
               argc > 6 && !strcmp(argv[6], "lossy"));
+  } else if (!strcmp(argv[1], "mesh-slow") && argc > 6) {
+    rc = mesh_slow(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
   } else if (!strcmp(argv[1], "lap-server")) {
     rc = lap_server(argv[2]);
   } else if (!strcmp(argv[1], "lap-client") && argc > 4) {

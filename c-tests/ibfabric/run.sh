@@ -9,6 +9,8 @@
 #   run.sh PEER LOGDIR path|sa-errors|sa-rate|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
 #          |fatN|fatN-drops (N HCAs in a two-level fat tree, fat_tree.py)
 #          |switch-mesh|switch-killed|switch-spoof|switch-hijack|switch-hostile-soak
+#          |mesh-slow (issue 33: passive sides that fall behind, with and
+#           without the automatic MRA)
 #
 # scale, scale-drops and fat* (make ibscale) need the ibsim that
 # scripts/install-deps.sh builds under build/ibsim (IBSIM_MAX_CLIENTS=256;
@@ -338,6 +340,43 @@ killed)
     crc=$?
     echo "--- client (Hca1, rc $crc)"; cat client.out
     [ $crc = 0 ]
+    ;;
+mesh-slow)
+    # Issue 33: all-to-all on the four HCAs, 2 rounds (12 connections),
+    # every process answering one REQ every IBFABRIC_ANSWER_DELAY_MS (2500):
+    # the busiest (6 REQs) answers its last after 15 s, while an active side
+    # gives up after 3 tries about 3 s apart. Twice: IBCM_AUTO_MRA=off (the
+    # kernel's drop of a duplicate REQ in REQ_RCVD) must lose connections
+    # (REQ_ERROR); the default automatic MRA must lose none.
+    delay=${IBFABRIC_ANSWER_DELAY_MS:-2500} failed=0
+    for mra in off default; do
+        mkdir -p "$dir/$mra"
+        if [ $mra = off ]; then export IBCM_AUTO_MRA=off; else unset IBCM_AUTO_MRA; fi
+        mesh= n=0 rcs=
+        for hca in $hcas; do
+            on_timeout=130 on "$hca" "$peer" mesh-slow "$dir/$mra" 4 $n 2 "$delay" >$mra.$n.out 2>&1 &
+            mesh="$mesh $!"
+            n=$((n + 1))
+        done
+        (cd "$dir/$mra" && mesh_ready) || failed=1
+        touch "$dir/$mra/go"
+        for p in $mesh; do wait "$p"; rcs="$rcs $?"; done
+        echo "--- IBCM_AUTO_MRA=$mra (exit codes$rcs)"
+        cat $mra.*.out
+        lost=$(sed -n 's/.* \([0-9]*\) REQ_ERROR,.*/\1/p' $mra.*.out | awk '{s += $1} END {print s + 0}')
+        mras=$(sed -n 's/.*; \([0-9]*\) MRAs sent.*/\1/p' $mra.*.out | awk '{s += $1} END {print s + 0}')
+        reported=$(grep -c '^mesh-slow ' $mra.*.out | awk -F: '{s += $2} END {print s + 0}')
+        echo "IBCM_AUTO_MRA=$mra: $lost of 12 connections failed (REQ_ERROR), $mras MRAs sent"
+        [ "$reported" = 4 ] || { echo "only $reported of 4 processes reported"; failed=1; }
+        if [ $mra = off ]; then
+            [ "$lost" -gt 0 ] || { echo "no connection failed without the automatic MRA: the delay is too short"; failed=1; }
+        else
+            [ "$lost" = 0 ] && [ -z "$(echo "$rcs" | tr -d ' 0')" ] || failed=1
+            [ "$mras" -gt 0 ] || { echo "no MRA sent"; failed=1; }
+        fi
+    done
+    unset IBCM_AUTO_MRA
+    [ $failed = 0 ]
     ;;
 switch-mesh)
     # Two processes behind each HCA's ibcmd, all-to-all (also between the

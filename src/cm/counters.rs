@@ -40,6 +40,11 @@ pub struct PortCounters {
     pub rx_listen_overflows: AtomicU64,
     /// Dropped on receipt: the device had a full receive queue.
     pub rx_dropped: AtomicU64,
+    /// Automatic MRAs sent (`mra::auto_mra`, beyond the kernel): each answers
+    /// a duplicate REQ or REP its user had not answered yet. Also counted in
+    /// `tx_msgs`/`tx_retries` of MRA; not in `struct ibcm_counters` (the C
+    /// header stays as it is).
+    pub tx_auto_mra: AtomicU64,
 }
 
 /// A snapshot, laid out like `struct ibcm_counters`.
@@ -53,6 +58,7 @@ pub struct Snapshot {
     pub rx_unmatched: u64,
     pub rx_listen_overflows: u64,
     pub rx_dropped: u64,
+    pub tx_auto_mra: u64,
 }
 
 impl PortCounters {
@@ -81,6 +87,7 @@ impl PortCounters {
             rx_unmatched: self.rx_unmatched.load(Ordering::Relaxed),
             rx_listen_overflows: self.rx_listen_overflows.load(Ordering::Relaxed),
             rx_dropped: self.rx_dropped.load(Ordering::Relaxed),
+            tx_auto_mra: self.tx_auto_mra.load(Ordering::Relaxed),
         }
     }
 }

@@ -3,13 +3,14 @@
 //! `loopN` is a device of the in-process fabric; any other name is an RDMA
 //! device under `/sys/class/infiniband`, reached through libibumad.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::RwLock;
 
 use super::counters::{Counter, PortCounters};
 use super::event_fd::EventQueue;
+use super::mra::AutoMra;
 use super::path::{Path, REC_TYPE_IB, REC_TYPE_ROCE_V1, REC_TYPE_ROCE_V2};
 use super::trace::{self, Dir};
 use super::worker;
@@ -128,6 +129,9 @@ pub struct Device {
     /// ports then ask their paths of the fake SA through it, as real ports
     /// ask theirs through the process's cache.
     own_path_cache: OnceLock<Arc<PathCache>>,
+    /// What a duplicate REQ or REP its user has not answered gets
+    /// (`AutoMra::to_bits`): `IBCM_AUTO_MRA`, or what a test set.
+    auto_mra: AtomicU8,
 }
 
 /// What a device is made of before its transport opens.
@@ -276,9 +280,23 @@ impl Device {
                 rx_queue_cap: AtomicUsize::new(worker::RX_QUEUE_CAP),
                 events: EventQueue::default(),
                 own_path_cache: OnceLock::new(),
+                auto_mra: AtomicU8::new(AutoMra::from_env().to_bits()),
             }
         });
         result.map(|()| device)
+    }
+
+    /// What this device answers a duplicate REQ or REP with while its user
+    /// has not answered (`mra::auto_mra`).
+    pub fn auto_mra(&self) -> AutoMra {
+        AutoMra::from_bits(self.auto_mra.load(Ordering::Relaxed))
+    }
+
+    /// Sets [`Device::auto_mra`] (tests: `IBCM_AUTO_MRA` is read once per
+    /// process).
+    #[cfg(test)]
+    pub fn set_auto_mra(&self, setting: AutoMra) {
+        self.auto_mra.store(setting.to_bits(), Ordering::Relaxed);
     }
 
     pub fn port(&self, port_num: u8) -> CmResult<&Port> {

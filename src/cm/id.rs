@@ -120,6 +120,14 @@ pub struct CmIdInner {
     /// `cm_id_priv->service_timeout`: what an MRA re-sent for a duplicate
     /// carries (`ib_send_cm_mra`'s, or `CM_MRA_SETTING`).
     pub mra_service_timeout: u8,
+    /// How long the peer waits for our answer to its REQ or REP before it
+    /// resends it (its response timeout exponent): what an automatic MRA
+    /// (`mra::auto_mra`) is measured against.
+    pub peer_response_timeout: u8,
+    /// When the peer's REQ (passive side) or REP (active side) arrived: a
+    /// duplicate much sooner than the peer's response timeout is the
+    /// fabric's copy, not the peer's retransmission.
+    pub peer_msg_arrived: Option<std::time::Instant>,
     pub msg: Option<Box<TrackedMsg>>,
     pub remote_id_linked: bool,
     pub remote_qpn_linked: bool,

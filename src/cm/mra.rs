@@ -8,8 +8,18 @@
 //! that, `ib_send_cm_mra` sent the MRA at once, with the caller's service
 //! timeout and private data, unless the timeout had `IB_CM_MRA_FLAG_DELAY`
 //! set; code written for kernels ≤ 6.15 still calls it.
+//!
+//! Beyond the kernel's ib_cm (issue 33): the *automatic MRA*. A duplicate REQ
+//! (or REP) for an id whose user has not answered yet (REQ_RCVD, REP_RCVD) is
+//! dropped by the kernel, so a user slower than the peer's retransmissions
+//! lets the peer time out. Here it gets an MRA ([`AutoMra`], `IBCM_AUTO_MRA`),
+//! as the kernel's rdma_cm has its CM send for its users
+//! (`cma_ib_req_handler`: `ib_prepare_cm_mra`, formerly `ib_send_cm_mra(
+//! CMA_CM_MRA_SETTING)`). The MRA is stateless: the id stays where it is, so
+//! every call the user makes afterwards behaves as in the kernel.
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::event::{CmEvent, EventParam};
@@ -18,6 +28,7 @@ use super::path::{convert_to_ms, iba_time};
 use super::recv::Received;
 use super::send::send_untracked;
 use super::tables::tables;
+use super::trace::CommIds;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::IB_CM_MRA_RECEIVED;
 use crate::abi::ib_cm_lap_state::{
@@ -26,12 +37,146 @@ use crate::abi::ib_cm_lap_state::{
 use crate::abi::ib_cm_state::{self, *};
 use crate::abi::{IB_CM_MRA_FLAG_DELAY, data_size};
 use crate::errno::CmResult;
+use crate::ibcm_log;
 use crate::refusal::{above, wrong_state};
 use crate::wire::mra::CM_MRA_PRIVATE_DATA;
 use crate::wire::{Mad, Mra, MsgResponse, attr};
 
 /// `CM_MRA_SETTING`: the service timeout every MRA of the kernel carries.
 pub const CM_MRA_SETTING: u8 = 24;
+
+/// What a duplicate REQ or REP gets while the user has not answered
+/// (`IBCM_AUTO_MRA`, per device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoMra {
+    /// Nothing: the kernel's drop (`IBCM_AUTO_MRA=off` or `0`).
+    Off,
+    /// An MRA of this service timeout exponent (`IBCM_AUTO_MRA=1` … `31`),
+    /// but at least one above the peer's own response timeout: an MRA
+    /// never shortens the peer's wait (`cm_mra_handler` sets its
+    /// retransmission interval to the MRA's timeout, shorter or not).
+    Fixed(u8),
+    /// An MRA of the peer's response timeout plus this (the default).
+    AbovePeer(u8),
+}
+
+/// The default: the peer's own response timeout + 4, 16 times the interval
+/// the peer chose. At rdma_cm's response timeout (20, 4.3 s) that is
+/// rdma_cm's own `CMA_CM_MRA_SETTING` (24, 68.7 s), so a peer waits for
+/// this library as it waits for a Linux rdma_cm passive side; a peer that
+/// chose a short timeout is slowed in proportion, not to 68.7 s a retry.
+/// Only a live CM sends it, so the longer wait applies only where the
+/// connection can still be made: a dead peer times out as before, and a
+/// user that never answers keeps the peer about 16 times its own total
+/// (1 + 16·retries intervals instead of 1 + retries) before REQ_ERROR.
+pub const AUTO_MRA_DEFAULT: AutoMra = AutoMra::AbovePeer(4);
+
+impl AutoMra {
+    /// The setting `IBCM_AUTO_MRA` gives, read once per process: `off` or
+    /// `0` (none), `1` … `31` (that exponent); unset or empty: the default;
+    /// anything else: the default, with a warning.
+    pub fn from_env() -> AutoMra {
+        static SETTING: OnceLock<AutoMra> = OnceLock::new();
+        *SETTING.get_or_init(|| {
+            let value = crate::os::sys::secure_var_os(c"IBCM_AUTO_MRA");
+            let text = value.as_deref().map(|v| v.to_str().unwrap_or("\u{fffd}"));
+            Self::parse(text).unwrap_or_else(|| {
+                ibcm_log!(
+                    Warn,
+                    "IBCM_AUTO_MRA={value:?} is none of off, 0 … 31: using the default \
+                     (the peer's response timeout + 4)"
+                );
+                AUTO_MRA_DEFAULT
+            })
+        })
+    }
+
+    /// A value of `IBCM_AUTO_MRA`; `None` if it is not one.
+    pub fn parse(value: Option<&str>) -> Option<AutoMra> {
+        let value = value.map(str::trim).unwrap_or_default();
+        if value.is_empty() {
+            return Some(AUTO_MRA_DEFAULT);
+        }
+        if value.eq_ignore_ascii_case("off") {
+            return Some(AutoMra::Off);
+        }
+        match value.parse::<u8>().ok()? {
+            0 => Some(AutoMra::Off),
+            t @ 1..=31 => Some(AutoMra::Fixed(t)),
+            _ => None,
+        }
+    }
+
+    /// The service timeout of the MRA for a peer whose response timeout is
+    /// `peer`; `None`: no MRA.
+    pub fn service_timeout(self, peer: u8) -> Option<u8> {
+        let peer = iba_time(peer);
+        match self {
+            AutoMra::Off => None,
+            AutoMra::Fixed(t) => Some(iba_time(t.max(peer + 1))),
+            AutoMra::AbovePeer(k) => Some(iba_time(peer.saturating_add(k))),
+        }
+    }
+
+    /// One byte, for the device's atomic: 0 off, 1 … 31 fixed, 0x80 + k
+    /// above the peer.
+    pub fn to_bits(self) -> u8 {
+        match self {
+            AutoMra::Off => 0,
+            AutoMra::Fixed(t) => iba_time(t).max(1),
+            AutoMra::AbovePeer(k) => 0x80 | iba_time(k),
+        }
+    }
+
+    pub fn from_bits(bits: u8) -> AutoMra {
+        match bits {
+            0 => AutoMra::Off,
+            b if b & 0x80 != 0 => AutoMra::AbovePeer(b & 0x7f),
+            t => AutoMra::Fixed(t),
+        }
+    }
+}
+
+/// A duplicate of the peer's REQ or REP (`mraed`) while the user has not
+/// answered it (the id in REQ_RCVD or REP_RCVD): an MRA back to where it
+/// came from, if the device sends automatic ones, so the peer waits
+/// instead of timing out. Nothing about the id changes. One MRA per
+/// duplicate received: never more MADs out than came in.
+///
+/// Only for the peer's retransmission: a duplicate that comes less than
+/// half the peer's response timeout after the original is a copy the
+/// fabric made, not a sign that the peer's timer ran out; it is dropped as
+/// the kernel drops it, and the peer keeps its short interval.
+pub fn auto_mra(work: &Received, l: &Locked, mraed: MsgResponse) {
+    let peer = l.inner.peer_response_timeout;
+    let Some(service_timeout) = work.device.auto_mra().service_timeout(peer) else {
+        return;
+    };
+    let retransmitted_after = Duration::from_millis(u64::from(convert_to_ms(peer) / 2));
+    let arrived = l.inner.peer_msg_arrived;
+    if arrived.is_none_or(|at| at.elapsed() < retransmitted_after) {
+        return;
+    }
+    let mra = format_mra_with(l, mraed, service_timeout, &[]);
+    if !work.reply_to_retry(&mra) {
+        return;
+    }
+    if let Ok(c) = work.device.counters(work.port) {
+        c.tx_auto_mra.fetch_add(1, Ordering::Relaxed);
+    }
+    let answered = match mraed {
+        MsgResponse::Req => "REQ",
+        _ => "REP",
+    };
+    ibcm_log!(
+        Debug,
+        "{} {}:{} auto MRA of {answered} (service timeout {service_timeout}): a \
+         duplicate, its user has not answered",
+        CommIds(l.id),
+        work.device.name,
+        work.port
+    );
+}
 
 /// Where an MRA moves the id: its new state (or, for a LAP, lap_state
 /// MRA_LAP_SENT) and the message the MRA acknowledges.

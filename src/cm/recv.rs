@@ -31,12 +31,15 @@ impl Received {
 
     /// A reply to a retransmission (the kernel's `CM_DIRECT_RETRY_CTX`): the
     /// kernel books it as a message plus one retry, and so does this.
-    pub fn reply_to_retry(&self, mad: &Mad) {
-        if self.device.send(self.port, &self.addr, mad).is_ok() {
+    /// Whether it was sent.
+    pub fn reply_to_retry(&self, mad: &Mad) -> bool {
+        let sent = self.device.send(self.port, &self.addr, mad).is_ok();
+        if sent {
             let attr_id = super::device::mad_attr_id(mad);
             self.device.count(self.port, Counter::TxMsgs, attr_id);
             self.device.count(self.port, Counter::TxRetries, attr_id);
         }
+        sent
     }
 
     /// Counts this MAD as a duplicate (`cm_rx_duplicates`).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::event::{CmEvent, EventParam, RepRcvd};
 use super::id::CmIdPriv;
-use super::mra::format_mra;
+use super::mra::{auto_mra, format_mra};
 use super::path::{ack_timeout, iba_time};
 use super::recv::Received;
 use super::rej::issue_rej;
@@ -127,7 +127,12 @@ fn dup_rep_handler(work: &Received, rep: &Rep) {
             };
             work.reply_to_retry(&rtu.encode(l.inner.tid));
         }
-        IB_CM_MRA_REP_SENT => work.reply_to_retry(&format_mra(&l, MsgResponse::Rep)),
+        IB_CM_MRA_REP_SENT => {
+            work.reply_to_retry(&format_mra(&l, MsgResponse::Rep));
+        }
+        // The user has not sent its RTU yet: as a duplicate REQ in REQ_RCVD
+        // (beyond the kernel, which drops it).
+        IB_CM_REP_RCVD => auto_mra(work, &l, MsgResponse::Rep),
         _ => {}
     }
 }
@@ -180,6 +185,7 @@ pub fn rep_handler(work: Received) {
     }
     l.set_remote_id(rep.local_comm_id);
     l.set_state(IB_CM_REP_RCVD, "REP received");
+    l.inner.peer_msg_arrived = Some(std::time::Instant::now());
     l.inner.initiator_depth = rep.responder_resources;
     l.inner.responder_resources = rep.initiator_depth;
     l.inner.sq_psn = rep.starting_psn;

@@ -6,7 +6,7 @@ use super::device::{Device, Port};
 use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::lap::on_roce_port;
-use super::mra::format_mra;
+use super::mra::{auto_mra, format_mra};
 use super::path::{
     LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, av_timeout, convert_to_ms, iba_time,
     req_timeout_ms,
@@ -184,6 +184,8 @@ pub fn send_req(id: &Arc<CmIdPriv>, p: &ReqParams) -> CmResult {
         p.remote_cm_response_timeout,
     );
     l.inner.max_cm_retries = p.max_cm_retries;
+    // The peer resends its REP after our local response timeout.
+    l.inner.peer_response_timeout = iba_time(p.local_cm_response_timeout);
     l.inner.initiator_depth = p.initiator_depth;
     l.inner.responder_resources = p.responder_resources;
     l.inner.retry_count = p.retry_count;
@@ -327,13 +329,18 @@ fn dup_req_handler(work: &Received, cur: &Arc<CmIdPriv>) {
     let l = cur.lock();
     match l.state() {
         // The user asked for more time (ib_prepare_cm_mra): say so.
-        IB_CM_MRA_REQ_SENT => work.reply_to_retry(&format_mra(&l, MsgResponse::Req)),
+        IB_CM_MRA_REQ_SENT => {
+            work.reply_to_retry(&format_mra(&l, MsgResponse::Req));
+        }
         IB_CM_TIMEWAIT => {
             let rej = format_rej(&l, IB_CM_REJ_STALE_CONN as u16, &[], &[], IB_CM_TIMEWAIT);
             work.reply_to_retry(&rej);
         }
-        // REQ_RCVD: the user has not answered yet; REP_SENT: the REP's own
-        // retransmission answers it.
+        // The user has not answered yet: the kernel drops it, and a user
+        // slower than the peer's retries lets the peer time out; an
+        // automatic MRA makes it wait instead (beyond the kernel).
+        IB_CM_REQ_RCVD => auto_mra(work, &l, MsgResponse::Req),
+        // REP_SENT: the REP's own retransmission answers it.
         _ => {}
     }
 }
@@ -391,6 +398,8 @@ pub fn req_handler(work: Received) {
     l.inner.tid = work.tid;
     l.inner.timeout_ms = convert_to_ms(req.local_cm_response_timeout);
     l.inner.max_cm_retries = req.max_cm_retries;
+    l.inner.peer_response_timeout = req.remote_cm_response_timeout;
+    l.inner.peer_msg_arrived = Some(std::time::Instant::now());
     l.inner.initiator_depth = req.responder_resources;
     l.inner.responder_resources = req.initiator_depth;
     l.inner.path_mtu = req.path_mtu;

@@ -5,6 +5,7 @@
 
 mod ack_delay;
 mod alt_path;
+mod auto_mra;
 mod connect;
 mod counters;
 mod disconnect;
