@@ -184,8 +184,9 @@ c-valgrind: stage
 # the kernel CM loaded, where opening a device must fail with -EADDRINUSE.
 softroce: c-build
 	softroce/setup.sh
-	@# The Rust API's async examples, which softroce.rust-async runs in the VM.
-	$(CARGO) build --release --locked --quiet --features tokio --examples
+	@# The Rust API's examples that softroce.rust-async (the async ones) and
+	@# softroce.rust-rc-pingpong (rc_pingpong, feature sideway) run in the VM.
+	$(CARGO) build --release --locked --quiet --features tokio,sideway --examples
 	softroce/run-in-vm.sh -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce"
 	softroce/run-in-vm.sh --ibcm -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce -R kernel_cm"
 
