@@ -221,4 +221,30 @@ mod tests {
         assert_eq!(s.retry_cnt(), 7);
         assert_eq!(s.rnr_retry(), 6);
     }
+
+    /// An address keeps what sideway's setters have no room for.
+    #[test]
+    fn an_address_keeps_rate_flow_label_and_traffic_class() {
+        let address = AddressVector {
+            dlid: 0x12,
+            sl: 3,
+            static_rate: 7,
+            is_global: true,
+            port_num: 2,
+            dgid: Gid([0xfe; 16]),
+            flow_label: 0x1_2345,
+            sgid_index: 4,
+            hop_limit: 64,
+            traffic_class: 0x20,
+        };
+        let ah = ah_attr(Some(&address));
+        assert_eq!((ah.dlid, ah.sl, ah.static_rate), (0x12, 3, 7));
+        assert_eq!((ah.is_global, ah.port_num, ah.src_path_bits), (1, 2, 0));
+        assert_eq!(ah.grh.flow_label, 0x1_2345);
+        assert_eq!(ah.grh.sgid_index, 4);
+        assert_eq!(ah.grh.hop_limit, 64);
+        assert_eq!(ah.grh.traffic_class, 0x20);
+        let none = ah_attr(None);
+        assert_eq!((none.dlid, none.is_global, none.port_num), (0, 0, 0));
+    }
 }
