@@ -60,18 +60,19 @@ fn main() -> Result {
     let name_b = option("-D", "IBCM_SERVER_DEVICE", "rxe1");
     let count = number("-n", &option("-n", "IBCM_COUNT", "10"))?;
     let size = number("-s", &option("-s", "IBCM_SIZE", "4096"))?;
-    if count == 0 || size == 0 || count * size > 1 << 30 {
+    let total = count.checked_mul(size).filter(|&t| t <= 1 << 30);
+    let Some(total) = total.filter(|_| count > 0 && size > 0) else {
         return Err("-n and -s: at least 1 each, 1 GiB at most in all".into());
-    }
+    };
     let verbs = DeviceList::new()?;
-    let mut a = Side::open(&verbs, &name_a, count, count * size, size)?;
-    let mut b = Side::open(&verbs, &name_b, count, size, count * size)?;
+    let mut a = Side::open(&verbs, &name_a, count, total, size)?;
+    let mut b = Side::open(&verbs, &name_b, count, size, total)?;
     for (i, chunk) in a.send.bytes.chunks_mut(size).enumerate() {
-        chunk.copy_from_slice(&pattern(size, 0x10 + i as u8));
+        chunk.copy_from_slice(&pattern(size, 0x10u8.wrapping_add(i as u8)));
     }
     b.send.bytes.copy_from_slice(&pattern(size, REPLY_SEED));
 
-    // The CM: B listens; A's REQ names A's QP and its first PSN.
+    // The CM: B listens; A's REQ names A's QP.
     let listener = b.cm.listen(SERVICE_ID)?;
     let peer = (0..16)
         .map_while(|index| b.cm.gid(1, index).ok())
