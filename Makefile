@@ -184,8 +184,9 @@ c-valgrind: stage
 # the kernel CM loaded, where opening a device must fail with -EADDRINUSE.
 softroce: c-build
 	softroce/setup.sh
-	@# The Rust API's async examples, which softroce.rust-async runs in the VM.
-	$(CARGO) build --release --locked --quiet --features tokio --examples
+	@# The Rust API's examples that softroce.rust-async (the async ones) and
+	@# softroce.rust-rc-pingpong (rc_pingpong, feature sideway) run in the VM.
+	$(CARGO) build --release --locked --quiet --features tokio,sideway --examples
 	softroce/run-in-vm.sh -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce"
 	softroce/run-in-vm.sh --ibcm -- "cd $(BUILD)/c && ctest --output-on-failure -L softroce -R kernel_cm"
 
@@ -251,7 +252,9 @@ rust-check:
 	@# The async API (feature tokio): its lints and tests, and the Rust
 	@# cmtime through both doors, briefly (scripts/perf/rust-vs-c-cmtime.sh
 	@# times it against ibcm-cmtime).
-	$(CARGO) clippy --locked --all-targets --features tokio -- -D warnings
+	$(CARGO) clippy --locked --all-targets --features tokio,sideway -- -D warnings
+	@# QpAttributes as a sideway QP's (feature sideway: cmake and libclang).
+	$(CARGO) test --locked --features sideway --lib api::sideway
 	$(CARGO) test --locked --features tokio --test 'rust_api_*' -- --test-threads=1
 	$(CARGO) run --locked --quiet --features tokio --example cmtime -- -c 500 --api handler | tail -n 6
 	$(CARGO) run --locked --quiet --features tokio --example cmtime -- -c 500 --api async | tail -n 6

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing ib_cm needs on a fresh Debian 12 machine
 # that has only Rust, gcc and python: cmake, valgrind, pkg-config, binutils,
-# libibverbs-dev (verbs.h for one test), mandoc and groff (man pages),
+# libibverbs-dev (verbs.h for one test), libclang-dev (bindgen, for feature
+# sideway), mandoc and groff (man pages),
 # tshark (test_pcap_tshark), dpkg-dev, lintian and a systemd-sysusers (make
 # deb, deb-check), ibsim, OpenSM and infiniband-diags (the simulated
 # InfiniBand fabric), strace (ibfabric.review-b's fault injection), gnuplot (make ibscale's
@@ -21,6 +22,9 @@ for tool in cmake:cmake valgrind:valgrind pkg-config:pkg-config nm:binutils read
 done
 # <infiniband/verbs.h>, for the C test of ib_cm_init_qp_attr.
 [ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+# libclang for bindgen: feature sideway's rdma-mummy-sys (cmake, above, builds
+# its C shim), which make softroce builds for examples/rc_pingpong.rs.
+compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || need_apt+=(libclang-dev)
 # libibmad/libibumad headers: building ibsim for the all-to-all.
 [ -f /usr/include/infiniband/mad.h ] || need_apt+=(libibmad-dev)
 [ -f /usr/include/infiniband/umad.h ] || need_apt+=(libibumad-dev)

@@ -53,6 +53,8 @@ mod listener;
 mod params;
 mod qp;
 mod queue;
+#[cfg(feature = "sideway")]
+mod sideway;
 mod sidr;
 mod types;
 
