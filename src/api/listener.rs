@@ -156,6 +156,11 @@ impl IncomingRequest {
 
     /// The attributes that move the QP to `state` for this connection
     /// (`ib_cm_init_qp_attr`); `EINVAL` in a state that has none yet.
+    ///
+    /// Before the REP, the RTR's `rq_psn` is 0: as in the kernel, the CM
+    /// learns this side's receive PSN from the REP (`ib_send_cm_rep`), so
+    /// an RTR made now sets it to the [`Reply`]'s `starting_psn` itself, as
+    /// rdma_cm does (`examples/rc_pingpong.rs`).
     pub fn qp_attributes(&self, state: QpState) -> Result<QpAttributes> {
         qp_attributes("IncomingRequest::qp_attributes", &self.handle.id, state)
     }
