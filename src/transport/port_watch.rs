@@ -72,6 +72,8 @@ struct Live {
     read_at: Instant,
     /// A failed read was logged; the next success clears it.
     unreadable_said: bool,
+    /// A read succeeded since the device opened.
+    read_once: bool,
 }
 
 struct LivePort {
@@ -147,6 +149,7 @@ impl LivePorts {
                         state,
                         read_at: now,
                         unreadable_said: false,
+                        read_once: false,
                     }),
                     reading: AtomicBool::new(false),
                     changes: AtomicU64::new(0),
@@ -216,20 +219,16 @@ impl LivePorts {
             None => {
                 port.failed_reads.fetch_add(1, Ordering::Relaxed);
                 let first = !std::mem::replace(&mut live.unreadable_said, true);
+                let read_once = live.read_once;
                 drop(live);
                 if first {
-                    crate::ibcm_log!(
-                        Warn,
-                        "{} port {}: cannot read the port's state, LID or SM in {}: keeping what was read before",
-                        source.name,
-                        port.port_num,
-                        source.root.display()
-                    );
+                    say_unreadable(source, port.port_num, read_once);
                 }
                 None
             }
             Some(new) => {
                 live.unreadable_said = false;
+                live.read_once = true;
                 let old = std::mem::replace(&mut live.state, new);
                 drop(live);
                 (old != new).then(|| {
@@ -244,6 +243,25 @@ impl LivePorts {
         };
         port.reading.store(false, Ordering::Release);
         change
+    }
+}
+
+/// A port's files could not be read (said once until they can again): a
+/// warning for a port that could be read before (going away?); for one never
+/// read here (a process of `ibcmd`'s in a container without the host's
+/// sysfs) only an info line, since its daemon watches the port.
+fn say_unreadable(source: &Source, port_num: u8, read_once: bool) {
+    let (name, root) = (&source.name, source.root.display());
+    if read_once {
+        crate::ibcm_log!(
+            Warn,
+            "{name} port {port_num}: cannot read the port's state, LID or SM in {root} any more: keeping what was read before"
+        );
+    } else {
+        crate::ibcm_log!(
+            Info,
+            "{name} port {port_num}: cannot read the port's state, LID or SM in {root}: its changes are not seen here"
+        );
     }
 }
 
