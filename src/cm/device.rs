@@ -621,7 +621,7 @@ impl Device {
         if let Some(interval) = port_watch::poll_interval() {
             self.live.read_from(root, &self.name, interval);
             let me: Arc<dyn PortPoller> = self.clone();
-            port_watch::watch(Arc::downgrade(&me), interval);
+            port_watch::watch(Arc::downgrade(&me));
         }
     }
 

@@ -673,7 +673,7 @@ impl Switch {
         });
         if let (Some((root, poller)), Some(interval)) = (poller, port_watch::poll_interval()) {
             device.live.read_from(root, name, interval);
-            port_watch::watch(Arc::downgrade(&poller), interval);
+            port_watch::watch(Arc::downgrade(&poller));
         }
         self.devices.write().insert(name.to_owned(), device);
         Ok(())

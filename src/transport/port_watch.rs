@@ -282,10 +282,13 @@ static WATCHED: Mutex<Watched> = Mutex::new(Watched {
     running: false,
 });
 
-/// Has the watcher thread poll `poller` every `interval` from now on, until
-/// it is dropped or closed. The thread runs while there is something to
-/// watch.
-pub fn watch(poller: Weak<dyn PortPoller>, interval: Duration) {
+/// Has the watcher thread poll `poller` every [`poll_interval`] from now
+/// on, until it is dropped or closed (nothing with the interval 0). The
+/// thread runs while there is something to watch.
+pub fn watch(poller: Weak<dyn PortPoller>) {
+    let Some(interval) = poll_interval() else {
+        return;
+    };
     let mut watched = WATCHED.lock();
     watched.pollers.push(poller);
     if watched.running {
