@@ -671,11 +671,12 @@ impl Switch {
             transport,
             qp_owners,
         });
+        self.devices.write().insert(name.to_owned(), device.clone());
+        // Served first: a poll that found no such device would forget it.
         if let (Some((root, poller)), Some(interval)) = (poller, port_watch::poll_interval()) {
             device.live.read_from(root, name, interval);
             port_watch::watch(Arc::downgrade(&poller));
         }
-        self.devices.write().insert(name.to_owned(), device);
         Ok(())
     }
 
