@@ -1038,10 +1038,53 @@ static int sa_cancel(const char *guid) {
   return 0;
 }
 
+/* ---- an SM that moves (scenario sm-move) ------------------------------- */
+
+/* A path to `guid` through the SM there is now, and how many paths the
+ * process's cache dropped so far. */
+static unsigned sm_move_path(const char *when, const char *guid) {
+  union ib_gid gid = gid_of_port(guid);
+  struct sa_path_rec path;
+  path_to(&gid, &path);
+  struct ibcm_path_cache_counters c;
+  CHECK_EQ(ibcm_get_path_cache_counters(&c), 0);
+  printf("%s: path to %s: dlid %u; cache misses %llu invalidations %llu\n", when, guid,
+         be16toh(path.ib.dlid), (unsigned long long)c.misses,
+         (unsigned long long)c.invalidations);
+  return (unsigned)c.invalidations;
+}
+
+/* Paths to GUID1 before the SM moves (DIR/ready, with this process's pid in
+ * DIR/peer.pid: the script rewrites its sysfs) and after (DIR/moved): to
+ * GUID1 again, which the port watcher must have dropped, and to GUID2, new. */
+static int sm_move(const char *guid1, const char *guid2, const char *dir) {
+  char path[512];
+  sm_move_path("before", guid1);
+  snprintf(path, sizeof(path), "%s/peer.pid", dir);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fprintf(f, "%d\n", (int)getpid());
+  fclose(f);
+  snprintf(path, sizeof(path), "%s/ready", dir);
+  close(open(path, O_CREAT | O_WRONLY, 0644));
+  snprintf(path, sizeof(path), "%s/moved", dir);
+  for (int i = 0; access(path, F_OK) != 0; i++) {
+    CHECK(i < 900); /* 90 s */
+    usleep(100 * 1000);
+  }
+  unsigned dropped = sm_move_path("after", guid1);
+  /* The path cached before the SM moved was dropped. */
+  CHECK(dropped >= 1);
+  sm_move_path("after, new destination", guid2);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3)
     return 2;
-  if (!getenv("IBCM_SWITCH_SOCKET"))
+  /* sm-move only asks paths: an SM-capable port that never answers
+   * SMInfo would hold a new OpenSM in DISCOVERING while it polls it. */
+  if (!getenv("IBCM_SWITCH_SOCKET") && strcmp(argv[1], "sm-move"))
     ibsim_harness_steps();
   test_init_one();
   int rc = 2;
@@ -1051,6 +1094,8 @@ int main(int argc, char **argv) {
     path_to(&gid, &path);
     print_path(&path);
     rc = 0;
+  } else if (!strcmp(argv[1], "sm-move") && argc > 4) {
+    rc = sm_move(argv[2], argv[3], argv[4]);
   } else if (!strcmp(argv[1], "sa-rate") && argc > 3) {
     /* COUNT path queries one after the other (run with the path cache off:
      * each one the SA's): the SA's service time as this fabric gives it. */

@@ -6,7 +6,7 @@
 # installed (Debian: ibsim-utils opensm infiniband-diags) or the fabric does
 # not come up.
 #
-#   run.sh PEER LOGDIR path|sa-errors|sa-rate|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel
+#   run.sh PEER LOGDIR path|sa-errors|sa-rate|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel|sm-move
 #          |fatN|fatN-drops (N HCAs in a two-level fat tree, fat_tree.py)
 #          |switch-mesh|switch-killed|switch-spoof|switch-hijack|switch-hostile-soak
 #          |mesh-slow (issue 33: passive sides that fall behind, with and
@@ -74,6 +74,7 @@ case $scenario in *-drops) sweep="-s 0" ;; esac
 # IB_INSUFFICIENT_RESOURCES: ibfabric.path skipped on a fresh clone).
 mkdir -p "$dir/opensm-cache"
 OSM_CACHE_DIR=$dir/opensm-cache LD_PRELOAD=$sim_so opensm $sweep -f "$dir/opensm.log" >opensm.out 2>&1 </dev/null &
+opensm_pid=$!
 pids="$! $pids"
 wait_for opensm.out 30 "Entering MASTER" || { echo "SKIP: OpenSM did not become MASTER"; cat opensm.out; exit 77; }
 
@@ -190,6 +191,43 @@ path|sa-async)
     echo "saquery -p --src-to-dst $src:$dst        | $([ "$scenario" = path ] && echo ibcm_init_path || echo ib_sa_path_rec_get)"
     paste sa.txt ibcm.txt
     [ -s sa.txt ] && diff sa.txt ibcm.txt
+    ;;
+sm-move)
+    # The SM moves from Switch1 to Hca4 while a process on Hca1 runs: its
+    # next ibcm_init_path goes to the new SM, without reopening the device,
+    # and the path it cached before is dropped (issue 33). umad2sim writes a
+    # process's sysfs once, when it starts (./sys-PID); the kernel updates
+    # sm_lid when the SM's PortInfo says so: the script writes the new SM
+    # LID there as the kernel would show it.
+    on_timeout=110 on Hca1 "$peer" sm-move "$(port_guid Hca2)" "$(port_guid Hca3)" "$dir" >peer.out 2>&1 &
+    mover=$!
+    wait_for peer.out 30 "^before:" || { cat peer.out; exit 1; }
+    i=0
+    until [ -e ready ]; do i=$((i + 1)); [ $i -gt 300 ] && { cat peer.out; exit 1; }; sleep 0.1; done
+    sm_of() { on Hca1 ibstat 2>/dev/null | sed -n 's/.*SM lid: //p' | head -n 1; }
+    old_sm=$(sm_of)
+    # The SM stops and another starts on Hca4 (this process's port is not
+    # SM-capable, so the new one has no other SM to poll first).
+    kill "$opensm_pid" && wait "$opensm_pid" 2>/dev/null
+    SIM_HOST=Hca4 OSM_CACHE_DIR=$dir/opensm-cache LD_PRELOAD=$sim_so \
+        opensm -g "$(port_guid Hca4)" -f "$dir/opensm2.log" >opensm2.out 2>&1 </dev/null &
+    pids="$! $pids"
+    wait_for opensm2.out 30 "Entering MASTER" || { echo "the second OpenSM did not become MASTER"; cat opensm2.out; exit 1; }
+    i=0
+    until new_sm=$(sm_of) && [ -n "$new_sm" ] && [ "$new_sm" != "$old_sm" ]; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "Hca1's SM LID stayed $old_sm"; exit 1; }
+        sleep 0.1
+    done
+    echo "SM LID $old_sm -> $new_sm"
+    printf '0x%x\n' "$new_sm" >"sys-$(cat peer.pid)/sys/class/infiniband/ibsim0/ports/1/sm_lid" || exit 1
+    # The port watcher reads it within IBCM_PORT_POLL_MS (1 s).
+    sleep 2
+    touch moved
+    wait $mover
+    rc=$?
+    cat peer.out
+    [ $rc = 0 ] && grep -q "^after, new destination:" peer.out
     ;;
 sa-rate)
     # The SA's service time here: 2,000 path queries from Hca1 to Hca2 in a

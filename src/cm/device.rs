@@ -21,8 +21,9 @@ use crate::sa::cache::{self, PathCache, PortId, PortView};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, MGMT_CLASS_SA, PathQuery};
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
+use crate::transport::port_watch::{self, Change, LivePorts, PortPoller};
 use crate::transport::switch::{Registered, SwitchTransport};
-use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer};
+use crate::transport::sysfs::{self, GidEntry, GidType, LinkLayer, PortState};
 use crate::transport::umad::UmadTransport;
 use crate::transport::{LostFn, MadAddr, MadTransport, RecvFn};
 use crate::wire::Mad;
@@ -41,7 +42,9 @@ const ROCE_HOP_LIMIT: u8 = 64;
 /// The default partition.
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
-/// One port of a device.
+/// One port of a device. Its LID, SM LID and SM SL are as read when the
+/// device opened; what they are now (a port is read again while open,
+/// `port_watch`) is [`Device::port_state`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Port {
     pub port_num: u8,
@@ -132,6 +135,9 @@ pub struct Device {
     /// What a duplicate REQ or REP its user has not answered gets
     /// (`AutoMra::to_bits`): `IBCM_AUTO_MRA`, or what a test set.
     auto_mra: AtomicU8,
+    /// Its ports' LID, SM LID, SM SL and state as last read: what SA
+    /// queries and the path cache go by (read again on an RDMA device).
+    live: LivePorts,
 }
 
 /// What a device is made of before its transport opens.
@@ -151,12 +157,14 @@ impl Device {
                     return Self::open_switched(name, registered);
                 }
                 let (sys, identity) = rdma_identity(name)?;
-                Self::open_with(name, identity, |recv, _| {
+                let device = Self::open_with(name, identity, |recv, _| {
                     Ok(
                         UmadTransport::open(&sys, recv, Some(super::worker::ports_changed))?
                             as Arc<dyn MadTransport>,
                     )
-                })
+                })?;
+                device.watch_ports(sysfs::SYS_INFINIBAND);
+                Ok(device)
             }
         }
     }
@@ -169,9 +177,12 @@ impl Device {
             ack_delay: registered.device.ack_delay,
             ports: registered.device.ports.clone(),
         };
-        Self::open_with(name, identity, |recv, lost| {
+        let device = Self::open_with(name, identity, |recv, lost| {
             Ok(SwitchTransport::start(name, registered, recv, lost)? as Arc<dyn MadTransport>)
-        })
+        })?;
+        // The daemon's ports are this host's: their sysfs is ours to read.
+        device.watch_ports(sysfs::SYS_INFINIBAND);
+        Ok(device)
     }
 
     /// A device of the in-process fabric: one port of `link_layer`.
@@ -269,6 +280,7 @@ impl Device {
                     .iter()
                     .map(|_| PortCounters::default())
                     .collect(),
+                live: LivePorts::new(identity.ports.iter().map(|p| (p.port_num, open_state(p)))),
                 ports: identity.ports,
                 hi_tid: 1,
                 me,
@@ -474,6 +486,16 @@ impl Device {
     }
 }
 
+/// A port's state as the device opens: only ACTIVE ports are opened.
+fn open_state(port: &Port) -> PortState {
+    PortState {
+        lid: port.lid,
+        sm_lid: port.sm_lid,
+        sm_sl: port.sm_sl,
+        active: true,
+    }
+}
+
 /// `EINVAL` for a port the device does not have.
 fn no_port(port_num: u8) -> crate::errno::Errno {
     let rule = "is not a port of the device";
@@ -541,10 +563,12 @@ impl Device {
     /// asks by itself when the same query is in flight.
     fn path_from_sa(&self, port: &Port, dgid: &[u8; 16]) -> CmResult<Path> {
         let query = PathQuery::between(port.gids[0].gid, *dgid, port.pkey);
+        self.read_port_if_stale(port.port_num);
+        let now = self.port_state(port);
         let view = PortView {
-            lid: port.lid,
-            sm_lid: port.sm_lid,
-            sm_sl: port.sm_sl,
+            lid: now.lid,
+            sm_lid: now.sm_lid,
+            sm_sl: now.sm_sl,
         };
         let may_wait = !worker::on_worker();
         self.path_cache()
@@ -568,12 +592,65 @@ impl Device {
     }
 
     /// Port `port_num` changed (its state, LID or SM), or its SM asked its
-    /// clients to reregister: the paths cached for it go. What should call
-    /// it, a reader of the port's asynchronous events, does not exist yet:
-    /// the library reads a port once, when the device opens (a device
-    /// opened again with another LID or SM drops the old answers by itself).
+    /// clients to reregister: the paths cached for it go. The port watcher
+    /// calls it when a read of the port differs from the one before
+    /// (`port_watch`); a client reregister that changes none of them is not
+    /// seen (it is a verbs async event only), and its answers live out
+    /// their TTL.
     pub fn port_changed(&self, port_num: u8) {
         self.path_cache().invalidate_port(self.port_id(port_num));
+    }
+
+    /// `port`'s LID, SM LID, SM SL and state as last read.
+    pub fn port_state(&self, port: &Port) -> PortState {
+        self.live
+            .state(port.port_num)
+            .unwrap_or_else(|| open_state(port))
+    }
+
+    /// How many changes of port `port_num` were seen, and how many of its
+    /// reads failed.
+    pub fn port_watch_counts(&self, port_num: u8) -> (u64, u64) {
+        self.live.counts(port_num)
+    }
+
+    /// Reads this RDMA device's ports again under `root` from now on:
+    /// every `IBCM_PORT_POLL_MS` on the watcher thread, and before an SA
+    /// query when the last read is older than that.
+    fn watch_ports(self: &Arc<Self>, root: &str) {
+        if let Some(interval) = port_watch::poll_interval() {
+            self.live.read_from(root, &self.name, interval);
+            let me: Arc<dyn PortPoller> = self.clone();
+            port_watch::watch(Arc::downgrade(&me));
+        }
+    }
+
+    /// Makes this device's ports read from the files of a test under
+    /// `root` (as `root/<name>/ports/N/…`), again before a query when the
+    /// last read is older than `interval`; the test reads them with
+    /// [`PortPoller::poll_ports`].
+    #[cfg(test)]
+    pub fn read_ports_from(&self, root: &std::path::Path, interval: std::time::Duration) {
+        self.live.read_from(root, &self.name, interval);
+    }
+
+    /// Reads port `port_num` before an SA query if its last read is older
+    /// than the interval (the watcher thread is late, or off): not on the
+    /// worker, which must not wait for a device's answer.
+    fn read_port_if_stale(&self, port_num: u8) {
+        if worker::on_worker() {
+            return;
+        }
+        if let Some(change) = self.live.refresh_if_stale(port_num) {
+            self.port_did_change(change);
+        }
+    }
+
+    /// What a port that changed drops: its cached paths (SA queries go to
+    /// its new SM from now on by themselves).
+    fn port_did_change(&self, change: Change) {
+        self.port_changed(change.port_num);
+        crate::ibcm_log!(Info, "{} {change}; cached paths dropped", self.name);
     }
 
     /// A REQ from `port_num` to `dgid` timed out: the path may be stale, so
@@ -648,16 +725,18 @@ impl Device {
         done: Completion,
         client: Option<sa::client::ClientRef>,
     ) -> CmResult<NewQuery> {
-        if port.sm_lid == 0 || port.is_roce() {
+        self.read_port_if_stale(port.port_num);
+        let now = self.port_state(port);
+        if now.sm_lid == 0 || port.is_roce() {
             let rule = "the port knows no SM (a RoCE port has no SA)";
             return Err(refuse(EAGAIN, Rule::Text(rule)));
         }
         let sm = MadAddr {
-            dlid: port.sm_lid,
-            sl: port.sm_sl,
+            dlid: now.sm_lid,
+            sl: now.sm_sl,
             // The in-process fabric delivers by GID.
             dgid: match self.as_loop() {
-                Some(_) => LoopIdentity::from_lid(port.sm_lid).map_or([0; 16], |l| l.gid),
+                Some(_) => LoopIdentity::from_lid(now.sm_lid).map_or([0; 16], |l| l.gid),
                 None => [0; 16],
             },
             ..MadAddr::default()
@@ -665,7 +744,7 @@ impl Device {
         let (me, port_num) = (self.me.clone(), port.port_num);
         Ok(NewQuery {
             owner: self as *const Device as usize,
-            sa_lid: port.sm_lid,
+            sa_lid: now.sm_lid,
             query,
             send: Arc::new(move |mad| {
                 me.upgrade()
@@ -676,6 +755,20 @@ impl Device {
             done,
             client,
         })
+    }
+}
+
+impl PortPoller for Device {
+    /// Reads every port again (the watcher thread): each that changed drops
+    /// its cached paths, logged once. False once the device is closed.
+    fn poll_ports(&self) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        for change in self.live.refresh_all() {
+            self.port_did_change(change);
+        }
+        true
     }
 }
 

@@ -15,8 +15,8 @@
 //! - its TTL ([`DEFAULT_TTL`], `IBCM_PATH_CACHE_TTL_MS`);
 //! - the port it was asked on looking different ([`PortView`]: its LID, SM
 //!   LID or SM SL changed since): every answer of that port goes;
-//! - [`PathCache::invalidate_port`]: what a port event (state, LID, SM
-//!   change, client reregister) calls;
+//! - [`PathCache::invalidate_port`]: what a port change calls (its state,
+//!   LID, SM LID or SL read different, `transport::port_watch`);
 //! - [`PathCache::invalidate_destination`]: a REQ on a path to that
 //!   destination timed out;
 //! - the bound on entries ([`DEFAULT_MAX_ENTRIES`]): the oldest goes first.
@@ -53,10 +53,12 @@ use crate::errno::{CmResult, EIO};
 /// ibacm (rdma-core's SA cache) keeps routes with no timeout
 /// (`route_timeout -1`) because it flushes them on every port event
 /// (`IBV_EVENT_LID_CHANGE`, `_SM_CHANGE`, `_CLIENT_REREGISTER`, port
-/// error). This library reads a port's LID and SM once, when the device
-/// opens, and sees no port event after: a finite TTL bounds how long a path
-/// from before an unseen SM change is served (a stale one also goes at its
-/// first REQ timeout). Five minutes keeps the SA's load at one query per
+/// error). This library has no port events (they are verbs async events):
+/// it reads a port's LID, SM and state again every `IBCM_PORT_POLL_MS`
+/// (`transport::port_watch`), which sees the first, second and last, but
+/// not a client reregister that changes none of them. A finite TTL bounds
+/// how long a path from before such a reregister is served (a stale one
+/// also goes at its first REQ timeout). Five minutes keeps the SA's load at one query per
 /// destination per 5 minutes per cache: a 1,000-host job asks about 3 a
 /// second per process, against the ~500,000 of one per connection.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);

@@ -74,4 +74,6 @@ pub fn kernel_errno(e: Errno) -> Errno {
 #[cfg(test)]
 mod cache_tests;
 #[cfg(test)]
+mod port_tests;
+#[cfg(test)]
 pub(crate) mod tests;

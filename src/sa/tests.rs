@@ -73,7 +73,16 @@ impl FakeSa {
     /// An SA that answers the first `busy` queries Busy, and each answer
     /// only once `hold` (if any) gives a message.
     pub(super) fn scripted(answer: Answer, busy: u32, hold: Option<Receiver<()>>) -> Self {
-        let me = LoopIdentity::from_lid(LoopIdentity::SM_LID).unwrap();
+        Self::scripted_at(LoopIdentity::SM_LID, answer, busy, hold)
+    }
+
+    /// An SA at `lid` instead of the fabric's SM LID (an SM that moved).
+    pub(super) fn open_at(lid: u16, answer: Answer) -> Self {
+        Self::scripted_at(lid, answer, 0, None)
+    }
+
+    fn scripted_at(lid: u16, answer: Answer, busy: u32, hold: Option<Receiver<()>>) -> Self {
+        let me = LoopIdentity::from_lid(lid).unwrap();
         let this: Arc<OnceLock<Arc<LoopTransport>>> = Arc::default();
         let script = Arc::new(Script {
             answer,

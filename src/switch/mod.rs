@@ -32,7 +32,8 @@ use proto::DeviceInfo;
 use qp_owner::{KernelQps, QpOwners};
 
 impl Switch {
-    /// Serves RDMA device `name`: every ACTIVE port through umad. The
+    /// Serves RDMA device `name`: every ACTIVE port through umad, read
+    /// again every `IBCM_PORT_POLL_MS` (`transport::port_watch`). The
     /// kernel's resource tracking (RDMA netlink) tells whose QPs its
     /// tenants name; a device the kernel does not know (a simulated one:
     /// umad2sim) is served without that check, and says so.
@@ -66,7 +67,8 @@ impl Switch {
                 return Err(e.raw_os_error().map_or(EIO, Errno));
             }
         };
-        self.add_device_with_qp_owners(name, qp_owners, |recv| {
+        let sysfs = Some(crate::transport::sysfs::SYS_INFINIBAND);
+        self.add_watched_device(name, qp_owners, sysfs, |recv| {
             let (identity, transport) = crate::cm::device::open_for_switch(name, recv)?;
             let info = DeviceInfo {
                 node_guid: identity.node_guid,

@@ -35,6 +35,7 @@ use super::rules::be32;
 use crate::sa::cache::{Config, Counters, Epoch, Key, PathCache, PortId, PortView};
 use crate::sa::pathrec::RECORD_SIZE;
 use crate::transport::MadAddr;
+use crate::transport::sysfs::PortState;
 use crate::wire::Mad;
 
 /// How many SA queries in flight the daemon remembers per process (its
@@ -71,21 +72,35 @@ pub(super) struct SaPort {
 }
 
 impl SaPort {
-    /// Port `port` of `info` for a query sent to `addr`: `None` when the
-    /// device has no such port or the query goes elsewhere than to the SM
-    /// the daemon knows (its answer is not every tenant's to share).
-    pub(super) fn of(info: &DeviceInfo, port: u8, addr: &MadAddr) -> Option<Self> {
+    /// Port `port` of `info`, which looks like `now` (as last read; `None`:
+    /// as it opened), for a query sent to `addr`: `None` when the device
+    /// has no such port or the query goes elsewhere than to the SM the
+    /// daemon knows now (its answer is not every tenant's to share).
+    pub(super) fn of(
+        info: &DeviceInfo,
+        now: Option<PortState>,
+        port: u8,
+        addr: &MadAddr,
+    ) -> Option<Self> {
         let p = info.ports.iter().find(|p| p.port_num == port)?;
-        (p.sm_lid != 0 && addr.dlid == p.sm_lid).then_some(SaPort {
-            id: PortId {
-                node_guid: info.node_guid,
-                port_num: port,
-            },
-            view: PortView {
+        let view = now.map_or(
+            PortView {
                 lid: p.lid,
                 sm_lid: p.sm_lid,
                 sm_sl: p.sm_sl,
             },
+            |now| PortView {
+                lid: now.lid,
+                sm_lid: now.sm_lid,
+                sm_sl: now.sm_sl,
+            },
+        );
+        (view.sm_lid != 0 && addr.dlid == view.sm_lid).then_some(SaPort {
+            id: PortId {
+                node_guid: info.node_guid,
+                port_num: port,
+            },
+            view,
         })
     }
 }
@@ -318,6 +333,12 @@ impl SaQueries {
 
     pub(super) fn counters(&self) -> Counters {
         self.cache.counters()
+    }
+
+    /// Port `port` changed (its LID, SM or state): its answers go, and
+    /// those of its queries in flight are not kept.
+    pub(super) fn invalidate_port(&mut self, port: PortId) {
+        self.cache.invalidate_port(port);
     }
 
     /// How many queries are in flight (tests).

@@ -30,6 +30,8 @@ use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
 use crate::ibcm_log;
 use crate::log::Level;
 use crate::os::seqpacket::{PeerCred, SeqPacket};
+use crate::transport::port_watch::{self, Change, LivePorts, PortPoller};
+use crate::transport::sysfs::PortState;
 use crate::transport::{IdSlice, MadAddr, MadTransport, RecvFn};
 use crate::wire::{Drep, Mad, MsgResponse, Rej, SidrRep, attr, parse_header};
 
@@ -169,10 +171,14 @@ pub enum SwitchCounter {
     PathCacheInvalidations,
     PathCacheExpirations,
     PathCacheEvictions,
+    /// Changes of a served port's LID, SM LID, SM SL or state seen by
+    /// reading it again (`transport::port_watch`): each drops the port's
+    /// cached paths.
+    PortChanges,
 }
 
 /// Every counter, in the order `--stats` prints them.
-const ALL_COUNTERS: [SwitchCounter; 24] = [
+const ALL_COUNTERS: [SwitchCounter; 25] = [
     SwitchCounter::RxToListener,
     SwitchCounter::RxToOwner,
     SwitchCounter::RxSaAnswers,
@@ -197,6 +203,7 @@ const ALL_COUNTERS: [SwitchCounter; 24] = [
     SwitchCounter::PathCacheInvalidations,
     SwitchCounter::PathCacheExpirations,
     SwitchCounter::PathCacheEvictions,
+    SwitchCounter::PortChanges,
 ];
 
 impl SwitchCounter {
@@ -226,6 +233,7 @@ impl SwitchCounter {
             SwitchCounter::PathCacheInvalidations => "path_cache_invalidations",
             SwitchCounter::PathCacheExpirations => "path_cache_expirations",
             SwitchCounter::PathCacheEvictions => "path_cache_evictions",
+            SwitchCounter::PortChanges => "port_changes",
         }
     }
 
@@ -251,10 +259,43 @@ pub type ClientId = u64;
 
 /// One device the switch serves.
 struct SwitchDevice {
+    /// As it opened; its ports' LID and SM as they are now are `live`.
     info: DeviceInfo,
+    live: LivePorts,
+    /// What the port watcher holds of it while it is served.
+    _poller: Option<Arc<dyn PortPoller>>,
     transport: Arc<dyn MadTransport>,
     /// Who owns its QPs (None: nobody can tell, a simulated device's).
     qp_owners: Option<Arc<dyn QpOwners>>,
+}
+
+impl SwitchDevice {
+    /// What a process registering now learns of the device: its ports'
+    /// LID and SM as last read, so that its SA queries go to the SM there is.
+    fn info_now(&self) -> DeviceInfo {
+        let mut info = self.info.clone();
+        for p in &mut info.ports {
+            if let Some(now) = self.live.state(p.port_num) {
+                (p.lid, p.sm_lid, p.sm_sl) = (now.lid, now.sm_lid, now.sm_sl);
+            }
+        }
+        info
+    }
+}
+
+/// The port watcher's handle on one served device (held by it while it is
+/// served).
+struct DevicePoller {
+    switch: Weak<Switch>,
+    device: String,
+}
+
+impl PortPoller for DevicePoller {
+    fn poll_ports(&self) -> bool {
+        self.switch
+            .upgrade()
+            .is_some_and(|s| s.poll_ports_of(&self.device))
+    }
 }
 
 /// One registered process.
@@ -587,6 +628,18 @@ impl Switch {
         qp_owners: Option<Arc<dyn QpOwners>>,
         open: impl FnOnce(RecvFn) -> CmResult<(DeviceInfo, Arc<dyn MadTransport>)>,
     ) -> CmResult {
+        self.add_watched_device(name, qp_owners, None, open)
+    }
+
+    /// [`Switch::add_device_with_qp_owners`], reading the device's ports
+    /// again under `watch_root` (sysfs) every `IBCM_PORT_POLL_MS`.
+    pub fn add_watched_device(
+        self: &Arc<Self>,
+        name: &str,
+        qp_owners: Option<Arc<dyn QpOwners>>,
+        watch_root: Option<&str>,
+        open: impl FnOnce(RecvFn) -> CmResult<(DeviceInfo, Arc<dyn MadTransport>)>,
+    ) -> CmResult {
         let me = Arc::downgrade(self);
         let device = name.to_owned();
         let recv: RecvFn = Arc::new(move |port, addr, mad| {
@@ -595,15 +648,78 @@ impl Switch {
             }
         });
         let (info, transport) = open(recv)?;
-        self.devices.write().insert(
-            name.to_owned(),
-            Arc::new(SwitchDevice {
-                info,
-                transport,
-                qp_owners,
-            }),
-        );
+        let live = LivePorts::new(info.ports.iter().map(|p| {
+            let state = PortState {
+                lid: p.lid,
+                sm_lid: p.sm_lid,
+                sm_sl: p.sm_sl,
+                active: true,
+            };
+            (p.port_num, state)
+        }));
+        let poller = watch_root.map(|root| {
+            let poller: Arc<dyn PortPoller> = Arc::new(DevicePoller {
+                switch: Arc::downgrade(self),
+                device: name.to_owned(),
+            });
+            (root, poller)
+        });
+        let device = Arc::new(SwitchDevice {
+            info,
+            live,
+            _poller: poller.as_ref().map(|(_, p)| p.clone()),
+            transport,
+            qp_owners,
+        });
+        self.devices.write().insert(name.to_owned(), device.clone());
+        // Served first: a poll that found no such device would forget it.
+        if let (Some((root, poller)), Some(interval)) = (poller, port_watch::poll_interval()) {
+            device.live.read_from(root, name, interval);
+            port_watch::watch(Arc::downgrade(&poller));
+        }
         Ok(())
+    }
+
+    /// Reads the ports of `device` again: each that changed drops the
+    /// host's cached paths of that port, counted and logged. False when the
+    /// device is no longer served.
+    fn poll_ports_of(&self, device: &str) -> bool {
+        let Some(served) = self.devices.read().get(device).cloned() else {
+            return false;
+        };
+        for change in served.live.refresh_all() {
+            self.port_did_change(device, served.info.node_guid, change);
+        }
+        true
+    }
+
+    fn port_did_change(&self, device: &str, node_guid: u64, change: Change) {
+        let port = crate::sa::cache::PortId {
+            node_guid,
+            port_num: change.port_num,
+        };
+        self.state.lock().sa.invalidate_port(port);
+        self.count(SwitchCounter::PortChanges);
+        ibcm_log!(
+            Info,
+            "ibcmd: {device} {change}; the host's cached paths dropped"
+        );
+    }
+
+    /// Makes the ports of `device` read from the files of a test under
+    /// `root` (as `root/<device>/ports/N/…`); the test reads them with
+    /// [`Switch::poll_ports_now`].
+    #[cfg(test)]
+    pub(super) fn read_ports_from(&self, device: &str, root: &std::path::Path) {
+        if let Some(d) = self.devices.read().get(device) {
+            d.live.read_from(root, device, Duration::from_secs(3600));
+        }
+    }
+
+    /// Reads the ports of `device` again now (tests).
+    #[cfg(test)]
+    pub(super) fn poll_ports_now(&self, device: &str) -> bool {
+        self.poll_ports_of(device)
     }
 
     /// Stops every device's transport and ends every process's connection:
@@ -730,7 +846,7 @@ impl Switch {
             .devices
             .read()
             .get(device)
-            .map(|d| d.info.clone())
+            .map(|d| d.info_now())
             .ok_or(ENODEV)?;
         let mut st = self.state.lock();
         let now = Instant::now();
@@ -1312,7 +1428,7 @@ impl Switch {
             .devices
             .read()
             .get(&c.device)
-            .and_then(|d| SaPort::of(&d.info, port, addr));
+            .and_then(|d| SaPort::of(&d.info, d.live.state(port), port, addr));
         match st.sa.ask(client, &mut c.sa_waits, sa_port, addr.dlid, mad) {
             Asked::Send => None,
             Asked::Waits => Some(SaServed::Waits),

@@ -94,6 +94,12 @@ impl Host {
         tenant.sync();
     }
 
+    /// `ask` to the SA at `sa`.
+    fn ask_at(&self, tenant: &mut Client, sa: &MadAddr, n: u16, tid: u32) {
+        tenant.send_mad(&query(n, tid), sa);
+        tenant.sync();
+    }
+
     /// The next query the SA received.
     fn sa_got(&self) -> Mad {
         self.to_sa.recv_timeout(WAIT).expect("a query at the SA")
@@ -457,4 +463,82 @@ fn a_new_asker_of_a_query_unanswered_for_a_while_sends_it_again() {
     host.sa_answers(&lost, 0, 4);
     assert_eq!(answer(&mut a), ok(0xa1, 4));
     assert_eq!(answer(&mut b), ok(0xb2, 4));
+}
+
+/// The SM of the served port moves (its files, as sysfs lays them out,
+/// say a new SM LID): the host's answers of that port go, a process that
+/// registers now learns the new SM, and what is asked of the new SM is
+/// cached again; a read that finds nothing new drops nothing.
+#[test]
+fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() {
+    let host = Host::new(3980, SwitchConfig::default());
+    let me = LoopIdentity::from_name("loop3980").unwrap();
+    let new_sm = LoopIdentity::from_name("loop3982").unwrap();
+    let root = std::env::temp_dir().join(format!("ibcm-ibcmd-ports-{}", std::process::id()));
+    let port_dir = root.join("loop3980/ports/1");
+    std::fs::create_dir_all(&port_dir).unwrap();
+    let write = |file: &str, text: String| {
+        std::fs::write(port_dir.join(file), format!("{text}\n")).unwrap();
+    };
+    write("state", "4: ACTIVE".into());
+    write("lid", format!("{:#x}", me.lid));
+    write("sm_lid", format!("{:#x}", host.sa_addr.dlid));
+    write("sm_sl", "0".into());
+    host.switch.read_ports_from(&host.device, &root);
+    let (tx, to_new_sa) = channel();
+    let tx = Mutex::new(tx);
+    let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
+        let _ = tx.lock().unwrap().send(*mad);
+    });
+    let new_sa = LoopTransport::open(new_sm, recv).unwrap();
+    let mut a = host.tenant();
+    host.ask(&mut a, 1, 0xa1);
+    let asked = host.sa_got();
+    host.sa_answers(&asked, 0, 77);
+    assert_eq!(answer(&mut a), ok(0xa1, 77));
+    assert!(host.switch.poll_ports_now(&host.device));
+    host.ask(&mut a, 1, 0xa2);
+    assert_eq!(
+        answer(&mut a),
+        ok(0xa2, 77),
+        "nothing changed: still cached"
+    );
+    assert_eq!(host.counter(SwitchCounter::PortChanges), 0);
+
+    write("sm_lid", format!("{:#x}", new_sm.lid));
+    assert!(host.switch.poll_ports_now(&host.device));
+    assert_eq!(host.counter(SwitchCounter::PortChanges), 1);
+    assert_eq!(host.counter(SwitchCounter::PathCacheInvalidations), 1);
+    // A process registering now is told the SM there is.
+    let mut b = Client::connect(&host.switch);
+    b.send(&super::proto::ToDaemon::Register {
+        pid: 1,
+        device: host.device.clone(),
+    });
+    let told = b.wait_for(|m| match m {
+        ToClient::Registered { device, .. } => Some(device.ports[0].sm_lid),
+        _ => None,
+    });
+    assert_eq!(told, new_sm.lid);
+    // Its query to the new SM is a miss that reaches the new SA only.
+    let to_new = MadAddr {
+        dlid: new_sm.lid,
+        dgid: new_sm.gid,
+        ..MadAddr::default()
+    };
+    b.send_mad(&query(1, 0xb1), &to_new);
+    b.sync();
+    let asked = to_new_sa.recv_timeout(WAIT).expect("a query at the new SA");
+    assert_eq!(host.sa_queries_left(), 0, "the old SM was asked");
+    let mut answer_mad = asked;
+    answer_mad[3] = 0x81;
+    answer_mad[DLID_AT..DLID_AT + 2].copy_from_slice(&88u16.to_be_bytes());
+    new_sa.send(1, &host.switch_addr, &answer_mad).unwrap();
+    assert_eq!(answer(&mut b), ok(0xb1, 88));
+    host.ask_at(&mut a, &to_new, 1, 0xa3);
+    assert_eq!(answer(&mut a), ok(0xa3, 88), "the new SM's answer, cached");
+    assert!(to_new_sa.try_recv().is_err(), "asked again");
+    assert_eq!(host.counter(SwitchCounter::PortChanges), 1);
+    new_sa.close();
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -6,6 +6,7 @@
 pub mod batch;
 mod direct_route;
 pub mod loopback;
+pub mod port_watch;
 pub mod switch;
 pub mod sysfs;
 pub mod umad;

@@ -183,6 +183,34 @@ fn read_port(port_dir: &Path, port_num: u8) -> SysPort {
     }
 }
 
+/// What of a port can change while a device is open: the SM moves (a new
+/// SM LID or SL), the SM gives the port another LID, the link goes down and
+/// comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortState {
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub sm_sl: u8,
+    pub active: bool,
+}
+
+/// Port `port_num` of device `name` under `root` as it is now: `None` when
+/// one of its files cannot be read or says nothing this code understands
+/// (the device is going away, say), so that nothing is concluded from a
+/// failed read. Four small reads; under ibsim, umad2sim serves them.
+pub fn read_port_state(root: &Path, name: &str, port_num: u8) -> Option<PortState> {
+    let dir = root.join(name).join("ports").join(port_num.to_string());
+    let state = read(&dir.join("state"))?;
+    // "4: ACTIVE", "1: DOWN", …: the number is the IBA port state.
+    let (number, _) = state.split_once(':')?;
+    Some(PortState {
+        active: number.trim().parse::<u8>().ok()? == 4,
+        lid: parse_hex_u16(&read(&dir.join("lid"))?)?,
+        sm_lid: parse_hex_u16(&read(&dir.join("sm_lid"))?)?,
+        sm_sl: read(&dir.join("sm_sl"))?.parse().ok()?,
+    })
+}
+
 /// Reads device `name` under `root` (normally [`SYS_INFINIBAND`]).
 pub fn read_device(root: &Path, name: &str) -> CmResult<SysDevice> {
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
