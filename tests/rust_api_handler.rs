@@ -6,7 +6,7 @@ mod rust_api_support;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 
-use ib_cm::handler::{CmId, Verdict};
+use ib_cm::handler::{CmId, HandlerId, HandlerListener, Verdict};
 use ib_cm::{ConnectRequest, Device, Event, RejectReason, Reply, ReqInfo, State};
 use parking_lot::Mutex;
 use rust_api_support::*;
@@ -36,6 +36,40 @@ fn recorder(tx: Sender<Seen>) -> impl Fn(&CmId, &Event) + Send + Sync + 'static 
 
 fn next(rx: &Receiver<Seen>) -> Seen {
     rx.recv_timeout(WAIT).expect("an event within the bound")
+}
+
+/// B's listener: a REP from inside each request, every later event
+/// recorded.
+fn replying_listener(b: &Device, tx: Sender<Seen>) -> HandlerListener {
+    let record = recorder(tx);
+    let qpn = next_qpn();
+    b.listen_with(
+        SERVICE_ID,
+        (
+            move |id: &CmId, _: ReqInfo| {
+                id.reply(&Reply::new(qpn)).unwrap();
+                Verdict::Keep
+            },
+            move |id: &CmId, event: Event| {
+                record(id, &event);
+                Verdict::Keep
+            },
+        ),
+    )
+    .unwrap()
+}
+
+/// A's id: an RTU from inside its REP, every event recorded.
+fn confirming_id(a: &Device, tx: Sender<Seen>) -> HandlerId {
+    let record = recorder(tx);
+    a.create_id_with(move |id: &CmId, event: Event| {
+        if let Event::RepReceived(_) = event {
+            id.confirm(b"").unwrap();
+        }
+        record(id, &event);
+        Verdict::Keep
+    })
+    .unwrap()
 }
 
 fn request(a: &Device, b: &Device, qpn: u32, pd: &[u8]) -> ConnectRequest {
@@ -179,16 +213,7 @@ fn verdict_destroy_when_established_sends_a_dreq() {
         )
         .unwrap();
     let (a_tx, a_rx) = mpsc::channel();
-    let a_record = recorder(a_tx);
-    let conn = a
-        .create_id_with(move |id: &CmId, event: Event| {
-            if let Event::RepReceived(_) = event {
-                id.confirm(b"").unwrap();
-            }
-            a_record(id, &event);
-            Verdict::Keep
-        })
-        .unwrap();
+    let conn = confirming_id(&a, a_tx);
     conn.request(request(&a, &b, next_qpn(), b"")).unwrap();
     assert_eq!(next(&a_rx).1, "REP_RECEIVED");
     assert_eq!(next(&b_rx).1, "RTU_RECEIVED");
@@ -226,16 +251,7 @@ fn a_request_answered_later_from_another_thread() {
         )
         .unwrap();
     let (a_tx, a_rx) = mpsc::channel();
-    let a_record = recorder(a_tx);
-    let conn = a
-        .create_id_with(move |id: &CmId, event: Event| {
-            if let Event::RepReceived(_) = event {
-                id.confirm(b"").unwrap();
-            }
-            a_record(id, &event);
-            Verdict::Keep
-        })
-        .unwrap();
+    let conn = confirming_id(&a, a_tx);
     conn.request(request(&a, &b, next_qpn(), b"")).unwrap();
     let passive = id_rx.recv_timeout(WAIT).unwrap();
     assert_eq!(passive.state(), State::ReqRcvd);
@@ -259,35 +275,10 @@ fn a_request_answered_later_from_another_thread() {
 #[test]
 fn a_device_going_takes_its_handler_connections_with_it() {
     let (a, b) = devices();
-    let passive_qpn = next_qpn();
     let (b_tx, b_rx) = mpsc::channel();
-    let b_record = recorder(b_tx);
-    let listener = b
-        .listen_with(
-            SERVICE_ID,
-            (
-                move |id: &CmId, _: ReqInfo| {
-                    id.reply(&Reply::new(passive_qpn)).unwrap();
-                    Verdict::Keep
-                },
-                move |id: &CmId, event: Event| {
-                    b_record(id, &event);
-                    Verdict::Keep
-                },
-            ),
-        )
-        .unwrap();
+    let listener = replying_listener(&b, b_tx);
     let (a_tx, a_rx) = mpsc::channel();
-    let a_record = recorder(a_tx);
-    let conn = a
-        .create_id_with(move |id: &CmId, event: Event| {
-            if let Event::RepReceived(_) = event {
-                id.confirm(b"").unwrap();
-            }
-            a_record(id, &event);
-            Verdict::Keep
-        })
-        .unwrap();
+    let conn = confirming_id(&a, a_tx);
     conn.request(request(&a, &b, next_qpn(), b"")).unwrap();
     assert_eq!(next(&a_rx).1, "REP_RECEIVED");
     // B established too (its RTU may still be on its way when A's REP
@@ -306,24 +297,8 @@ fn a_device_going_takes_its_handler_connections_with_it() {
 fn a_handler_id_dropped_inside_its_own_handler() {
     let (a, b) = devices();
     let (b_tx, b_rx) = mpsc::channel();
-    let b_record = recorder(b_tx);
-    let passive_qpn = next_qpn();
-    let _listener = b
-        .listen_with(
-            SERVICE_ID,
-            (
-                move |id: &CmId, _: ReqInfo| {
-                    id.reply(&Reply::new(passive_qpn)).unwrap();
-                    Verdict::Keep
-                },
-                move |id: &CmId, event: Event| {
-                    b_record(id, &event);
-                    Verdict::Keep
-                },
-            ),
-        )
-        .unwrap();
-    let slot: Arc<Mutex<Option<ib_cm::handler::HandlerId>>> = Arc::default();
+    let _listener = replying_listener(&b, b_tx);
+    let slot: Arc<Mutex<Option<HandlerId>>> = Arc::default();
     let in_handler = slot.clone();
     let (done_tx, done_rx) = mpsc::channel();
     let done_tx = Mutex::new(done_tx);
@@ -371,7 +346,7 @@ fn calls_refuse_as_the_c_api_does() {
 #[test]
 fn an_adopted_passive_id_lives_until_its_owner_drops_it() {
     let (a, b) = devices();
-    let adopted: Arc<Mutex<Option<ib_cm::handler::HandlerId>>> = Arc::default();
+    let adopted: Arc<Mutex<Option<HandlerId>>> = Arc::default();
     let keep = adopted.clone();
     let (b_tx, b_rx) = mpsc::channel();
     let b_record = recorder(b_tx);
@@ -399,16 +374,7 @@ fn an_adopted_passive_id_lives_until_its_owner_drops_it() {
         )
         .unwrap();
     let (a_tx, a_rx) = mpsc::channel();
-    let a_record = recorder(a_tx);
-    let conn = a
-        .create_id_with(move |id: &CmId, event: Event| {
-            if let Event::RepReceived(_) = event {
-                id.confirm(b"").unwrap();
-            }
-            a_record(id, &event);
-            Verdict::Keep
-        })
-        .unwrap();
+    let conn = confirming_id(&a, a_tx);
     assert!(conn.adopt().is_none(), "the caller's already");
     conn.request(request(&a, &b, next_qpn(), b"")).unwrap();
     assert_eq!(next(&a_rx).1, "REP_RECEIVED");
