@@ -401,40 +401,42 @@ fn review_s_8_a_shared_listener_dropped_while_another_thread_accepts() {
     assert_eq!(successes, taken);
 }
 
-/// The listener's handler keeps no `SidrListener` alive: a listener
-/// dropped in the middle of a flood stops taking requests at once, and
-/// each request is answered exactly once (queued ones REJECT on drop,
-/// later ones UNSUPPORTED).
+/// A listener dropped in the middle of a flood: the requests it held are
+/// answered `IB_SIDR_REJECT`; those the CM had received but not yet handed
+/// to it (their event still queued) are forgotten silently, as the engine
+/// forgets a REQ whose listener went first (`listen::forget_orphan`), and
+/// the peer's resend gets `IB_SIDR_UNSUPPORTED`; those after the drop get
+/// `IB_SIDR_UNSUPPORTED` at once. Every request of a peer that resends is
+/// answered, none runs out of retries.
 #[test]
-fn review_s_9_a_listener_dropped_during_a_flood_answers_each_request_once() {
-    let (_a, b) = devices();
+fn review_s_9_a_listener_dropped_during_a_flood_leaves_no_request_unanswered() {
+    let (a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
-    let raw = Raw::open();
-    let n = 300u32;
-    let base = 0x6000_0000u32;
-    let sender = {
-        let raw = Arc::new(raw);
-        let to = Arc::clone(&raw);
-        let b2 = b.clone();
-        let t = std::thread::spawn(move || {
-            for i in 0..n {
-                to.send_to(&b2, &sidr_req(base + i));
-            }
-        });
-        (raw, t)
+    let n = 300;
+    let to = b.gid(1, 0).unwrap();
+    let flood = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            (0..n)
+                .map(|_| a.send_sidr_request(request_to(&a, to, 50, 20)).unwrap())
+                .collect::<Vec<_>>()
+        })
     };
-    let (raw, t) = sender;
     wait_until("some requests came", || listener.pending() > 10);
     drop(listener);
-    t.join().unwrap();
-    wait_until("every request was answered", || {
-        raw.replies().len() >= n as usize
-    });
-    std::thread::sleep(SETTLE);
-    let replies = raw.replies();
-    let ids: BTreeSet<u32> = replies.iter().map(|r| r.request_id).collect();
-    assert_eq!((replies.len(), ids.len()), (n as usize, n as usize));
-    assert!(replies.iter().all(|r| r.status == 1 || r.status == 2));
+    let (mut rejected, mut unsupported) = (0, 0);
+    for pending in flood.join().unwrap() {
+        match pending.wait_timeout(WAIT).unwrap().status {
+            SidrStatus::Reject => rejected += 1,
+            SidrStatus::Unsupported => unsupported += 1,
+            other => panic!("unexpected status {other:?}"),
+        }
+    }
+    assert!(
+        rejected > 10,
+        "{rejected} rejected, {unsupported} unsupported"
+    );
+    assert_eq!(rejected + unsupported, n);
 }
 
 #[cfg(feature = "tokio")]
