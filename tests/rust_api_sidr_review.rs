@@ -439,6 +439,30 @@ fn review_s_9_a_listener_dropped_during_a_flood_leaves_no_request_unanswered() {
     assert_eq!(rejected + unsupported, n);
 }
 
+/// What the kernel's `cm_format_sidr_req_event` hands the listener: `pkey`
+/// from the SIDR_REQ's payload, `bth_pkey` the P_Key of the packet (the
+/// port's table at the P_Key index it came with, `cm_get_bth_pkey`), which
+/// rdma_cm compares with the payload's to warn of a mismatch. A peer names
+/// 0x8001 in its payload and sends on index 0, the loop port's default
+/// partition 0xffff.
+#[test]
+fn review_s_15_bth_pkey_is_the_packets_not_the_payloads() {
+    let (_a, b) = devices();
+    let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
+    let raw = Raw::open();
+    let req = SidrReq {
+        request_id: 0x15,
+        pkey: 0x8001,
+        service_id: SIDR_SERVICE_ID,
+        ..SidrReq::default()
+    };
+    raw.send_to(&b, &req.encode(0x15));
+    let incoming = listener.accept_timeout(WAIT).unwrap();
+    assert_eq!(incoming.pkey(), 0x8001);
+    assert_eq!(incoming.bth_pkey(), 0xffff);
+    assert_eq!(incoming.port(), 1);
+}
+
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use std::future::Future;

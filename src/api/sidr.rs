@@ -452,7 +452,9 @@ impl IncomingSidrRequest {
         self.pkey
     }
 
-    /// The P_Key of the packet.
+    /// The P_Key of the packet (the port's P_Key table at the index it
+    /// came with; the kernel's `cm_get_bth_pkey`), which rdma_cm compares
+    /// with [`pkey`](IncomingSidrRequest::pkey).
     pub fn bth_pkey(&self) -> u16 {
         self.bth_pkey
     }
