@@ -463,6 +463,28 @@ fn review_s_15_bth_pkey_is_the_packets_not_the_payloads() {
     assert_eq!(incoming.port(), 1);
 }
 
+/// A SIDR listener on a service ID the CM assigns: `service_id` says
+/// which, and a request for it is answered.
+#[test]
+fn review_s_16_an_assigned_service_id_serves_sidr() {
+    let (a, b) = devices();
+    let listener = b.listen_sidr(ib_cm::Listener::ASSIGN_SERVICE_ID).unwrap();
+    // From 0x0200_0000_0000_0000 on, as the kernel's cm.listen_service_id
+    // (the first one is the request's value itself).
+    let service_id = listener.service_id();
+    assert_eq!(service_id >> 56, 0x02, "{service_id:#x}");
+    let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
+    let request = SidrRequest::builder(path, service_id)
+        .timeout_ms(10_000)
+        .build();
+    let pending = a.send_sidr_request(request).unwrap();
+    let incoming = listener.accept_timeout(WAIT).unwrap();
+    assert_eq!(incoming.service_id(), service_id);
+    incoming.reply(SidrReplyParams::new(0x16, 0x16)).unwrap();
+    let reply = pending.wait_timeout(WAIT).unwrap();
+    assert_eq!((reply.status, reply.qpn), (SidrStatus::Success, 0x16));
+}
+
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use std::future::Future;
