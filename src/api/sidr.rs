@@ -296,7 +296,10 @@ impl Outcome {
 /// A SIDR listener (`ib_cm_listen` for a UD service): SIDR requests to its
 /// service ID on its device wait here until [`accept`](SidrListener::accept)
 /// takes them. Dropping it stops listening, and answers the requests nobody
-/// took with `IB_SIDR_REJECT`.
+/// took with `IB_SIDR_REJECT`. A request that arrived just before the drop
+/// but was not yet queued here is forgotten without an answer, as the CM
+/// forgets a REQ whose listener went first: the peer's resend gets
+/// `IB_SIDR_UNSUPPORTED` (or the service ID's next listener).
 ///
 /// Why a type of its own rather than SIDR requests on a [`Listener`](super::Listener):
 /// a service ID is served either by connections or by a UD QP (rdma_cm's
@@ -449,7 +452,9 @@ impl IncomingSidrRequest {
         self.pkey
     }
 
-    /// The P_Key of the packet.
+    /// The P_Key of the packet (the port's P_Key table at the index it
+    /// came with; the kernel's `cm_get_bth_pkey`), which rdma_cm compares
+    /// with [`pkey`](IncomingSidrRequest::pkey).
     pub fn bth_pkey(&self) -> u16 {
         self.bth_pkey
     }

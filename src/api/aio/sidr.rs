@@ -6,7 +6,9 @@ use crate::api::{IncomingSidrRequest, Result, SidrReply, State};
 
 /// A SIDR listener, as [`crate::SidrListener`], whose
 /// [`accept`](SidrListener::accept) is a future. Dropping it stops
-/// listening and answers the requests nobody took with `IB_SIDR_REJECT`.
+/// listening and answers the requests nobody took with `IB_SIDR_REJECT`
+/// (one not yet queued then is left to the peer's resend, as for
+/// [`crate::SidrListener`]).
 #[derive(Debug)]
 pub struct SidrListener(pub(super) crate::SidrListener);
 
