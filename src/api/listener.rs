@@ -11,7 +11,7 @@ use super::event::{Event, ReqInfo};
 use super::handle::{IdHandle, Router};
 use super::params::Reply;
 use super::qp::{QpAttributes, QpState, qp_attributes};
-use super::queue::{Popped, Queue, would_deadlock};
+use super::queue::{Popped, Queue};
 use super::types::{RejectReason, State};
 use crate::abi::ib_event_type::IB_EVENT_COMM_EST;
 use crate::cm::{self, CM_ASSIGN_SERVICE_ID, id::CmIdPriv};
@@ -61,13 +61,13 @@ impl Listener {
 
     /// The next connection request, waiting as long as it takes.
     pub fn accept(&self) -> Result<IncomingRequest> {
-        self.wait("Listener::accept", None)
+        self.requests.next_request("Listener::accept", None)
     }
 
     /// The next connection request, waiting `timeout` at most
     /// ([`Error::TimedOut`]).
     pub fn accept_timeout(&self, timeout: Duration) -> Result<IncomingRequest> {
-        self.wait("Listener::accept_timeout", Some(timeout))
+        self.requests.next_request("Listener::accept_timeout", Some(timeout))
     }
 
     /// How many requests wait to be accepted.
@@ -80,28 +80,10 @@ impl Listener {
         self.requests.try_pop()
     }
 
-    fn wait(&self, op: &'static str, timeout: Option<Duration>) -> Result<IncomingRequest> {
-        match self.requests.pop(timeout.map(|t| Instant::now() + t)) {
-            Popped::Item(request) => Ok(request),
-            // A listener's queue never finishes.
-            Popped::TimedOut | Popped::Finished => Err(Error::TimedOut {
-                op,
-                after: timeout.unwrap_or_default(),
-            }),
-            Popped::WouldDeadlock => Err(would_deadlock(op)),
-        }
-    }
-
     /// [`accept`](Listener::accept) for the async API: a request is taken
     /// only when the future returns it.
     pub(super) async fn accept_async(&self) -> Result<IncomingRequest> {
-        let mut waiter = self.requests.waiter();
-        std::future::poll_fn(|cx| waiter.poll_pop(cx))
-            .await
-            // A listener's queue never finishes.
-            .ok_or(Error::Closed {
-                op: "Listener::accept",
-            })
+        self.requests.next_request_async("Listener::accept").await
     }
 }
 

@@ -9,11 +9,11 @@
 
 use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::error::Error;
+use super::error::{Error, Result};
 use crate::cm::worker;
 use crate::errno::EDEADLK;
 use crate::refusal::Rule;
@@ -123,6 +123,31 @@ impl Waiters {
             .into_iter()
             .chain(self.more)
             .for_each(|(_, w)| w.wake());
+    }
+}
+
+impl<T> Queue<T> {
+    /// A listener's wait of `op` for its next request, `timeout` at most
+    /// ([`Error::TimedOut`]; a listener's queue never finishes), `EDEADLK`
+    /// on the CM's own thread.
+    pub(super) fn next_request(&self, op: &'static str, timeout: Option<Duration>) -> Result<T> {
+        match self.pop(timeout.map(|t| Instant::now() + t)) {
+            Popped::Item(request) => Ok(request),
+            Popped::TimedOut | Popped::Finished => Err(Error::TimedOut {
+                op,
+                after: timeout.unwrap_or_default(),
+            }),
+            Popped::WouldDeadlock => Err(would_deadlock(op)),
+        }
+    }
+
+    /// [`next_request`](Queue::next_request) for the async API: a request
+    /// is taken only when the future returns it.
+    pub(super) async fn next_request_async(&self, op: &'static str) -> Result<T> {
+        let mut waiter = self.waiter();
+        std::future::poll_fn(|cx| waiter.poll_pop(cx))
+            .await
+            .ok_or(Error::Closed { op })
     }
 }
 

@@ -342,13 +342,13 @@ impl SidrListener {
 
     /// The next SIDR request, waiting as long as it takes.
     pub fn accept(&self) -> Result<IncomingSidrRequest> {
-        self.wait("SidrListener::accept", None)
+        self.requests.next_request("SidrListener::accept", None)
     }
 
     /// The next SIDR request, waiting `timeout` at most
     /// ([`Error::TimedOut`]).
     pub fn accept_timeout(&self, timeout: Duration) -> Result<IncomingSidrRequest> {
-        self.wait("SidrListener::accept_timeout", Some(timeout))
+        self.requests.next_request("SidrListener::accept_timeout", Some(timeout))
     }
 
     /// The next SIDR request if one is waiting.
@@ -361,28 +361,10 @@ impl SidrListener {
         self.requests.len()
     }
 
-    fn wait(&self, op: &'static str, timeout: Option<Duration>) -> Result<IncomingSidrRequest> {
-        match self.requests.pop(timeout.map(|t| Instant::now() + t)) {
-            Popped::Item(request) => Ok(request),
-            // A listener's queue never finishes.
-            Popped::TimedOut | Popped::Finished => Err(Error::TimedOut {
-                op,
-                after: timeout.unwrap_or_default(),
-            }),
-            Popped::WouldDeadlock => Err(would_deadlock(op)),
-        }
-    }
-
     /// [`accept`](SidrListener::accept) for the async API: a request is
     /// taken only when the future returns it.
     pub(super) async fn accept_async(&self) -> Result<IncomingSidrRequest> {
-        let mut waiter = self.requests.waiter();
-        std::future::poll_fn(|cx| waiter.poll_pop(cx))
-            .await
-            // A listener's queue never finishes.
-            .ok_or(Error::Closed {
-                op: "SidrListener::accept",
-            })
+        self.requests.next_request_async("SidrListener::accept").await
     }
 }
 
