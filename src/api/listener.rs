@@ -67,7 +67,8 @@ impl Listener {
     /// The next connection request, waiting `timeout` at most
     /// ([`Error::TimedOut`]).
     pub fn accept_timeout(&self, timeout: Duration) -> Result<IncomingRequest> {
-        self.requests.next_request("Listener::accept_timeout", Some(timeout))
+        self.requests
+            .next_request("Listener::accept_timeout", Some(timeout))
     }
 
     /// How many requests wait to be accepted.

@@ -348,7 +348,8 @@ impl SidrListener {
     /// The next SIDR request, waiting `timeout` at most
     /// ([`Error::TimedOut`]).
     pub fn accept_timeout(&self, timeout: Duration) -> Result<IncomingSidrRequest> {
-        self.requests.next_request("SidrListener::accept_timeout", Some(timeout))
+        self.requests
+            .next_request("SidrListener::accept_timeout", Some(timeout))
     }
 
     /// The next SIDR request if one is waiting.
@@ -364,7 +365,9 @@ impl SidrListener {
     /// [`accept`](SidrListener::accept) for the async API: a request is
     /// taken only when the future returns it.
     pub(super) async fn accept_async(&self) -> Result<IncomingSidrRequest> {
-        self.requests.next_request_async("SidrListener::accept").await
+        self.requests
+            .next_request_async("SidrListener::accept")
+            .await
     }
 }
 
