@@ -1,0 +1,225 @@
+//! Hostile review of the automatic MRA (issue 33): each `review_m_N_` test
+//! failed on main b159386 before its fix.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::cm::counters::{Snapshot, attr_index};
+use crate::cm::mra::AUTO_MRA_DEFAULT;
+use crate::cm::send_req;
+use crate::wire::{Mra, Rep, Req, attr, parse_header};
+
+fn counters(device: &Device) -> Snapshot {
+    device.counters(1).unwrap().snapshot()
+}
+
+fn of(attr_id: u16) -> usize {
+    attr_index(attr_id).unwrap()
+}
+
+/// A REQ whose sender resends it soon: 128 ms response timeouts both ways
+/// (a retransmission is one from 64 ms on), many retries.
+fn impatient(pair: &Pair) -> ReqParams {
+    ReqParams {
+        remote_cm_response_timeout: 15,
+        local_cm_response_timeout: 15,
+        max_cm_retries: 15,
+        ..pair.req_params()
+    }
+}
+
+/// Past half of [`impatient`]'s 128 ms: a duplicate now is a retransmission.
+const PAST_HALF: Duration = Duration::from_millis(100);
+
+/// What `raw` got back: the attributes and the MRAs among them.
+fn got_back(raw: &Raw) -> Vec<(u16, Option<Mra>)> {
+    let n = raw.received_after(Duration::from_millis(300));
+    (1..=n)
+        .map(|i| {
+            let mad = raw.wait_for(i);
+            let attr_id = parse_header(&mad).unwrap().0.attr_id;
+            (
+                attr_id,
+                Mra::decode(&mad).ok().filter(|_| attr_id == attr::MRA),
+            )
+        })
+        .collect()
+}
+
+// ---- Finding M1: an automatic MRA answers whoever sent the duplicate. A
+// duplicate is recognised by comm ID and CA GUID (REQ) or both comm IDs
+// (REP), nothing about where it came from; the kernel answers a duplicate
+// in REQ_RCVD / REP_RCVD with nothing, so there a third host that sends one
+// learnt nothing and got nothing. With the automatic MRA it gets an MRA
+// carrying our local comm ID (the half of the pair it lacked to forge a
+// DREQ, a REJ or a LAP the connection will take), and a spoofed source
+// address makes us send MRAs to whoever it names.
+
+/// A third host sends a copy of A's REQ (A's comm ID and CA GUID, read off
+/// the wire or guessed) while B's user holds the REQ: it must get nothing,
+/// while A's own retransmission still gets its MRA.
+#[test]
+fn review_m_1_a_duplicate_req_from_another_address_gets_no_mra() {
+    let pair = Pair::new();
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // the user is slow
+    let p = impatient(&pair);
+    send_req(&pair.active, &p).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    let (b_id, a_id, a_guid) = {
+        let l = passive.lock();
+        (l.inner.local_id, l.inner.remote_id, l.inner.remote_ca_guid)
+    };
+    std::thread::sleep(PAST_HALF);
+    let third = Raw::open();
+    let mut copy = Req {
+        local_comm_id: a_id,
+        service_id: SERVICE_ID,
+        local_ca_guid: a_guid,
+        local_qpn: ACTIVE_QPN,
+        pkey: 0xffff,
+        path_mtu: 3,
+        remote_cm_response_timeout: 15,
+        local_cm_response_timeout: 15,
+        max_cm_retries: 15,
+        ..Req::default()
+    };
+    copy.primary_path.local_gid = third.me.gid;
+    copy.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
+    copy.primary_path.local_lid = third.me.lid;
+    copy.primary_path.remote_lid = pair.b.ports[0].lid;
+    copy.primary_path.subnet_local = true;
+    let dups = counters(&pair.b).rx_duplicates[of(attr::REQ)];
+    third.send_to(&pair.b, &copy.encode(0x3d));
+    wait_until("B took the third host's copy as a duplicate", || {
+        counters(&pair.b).rx_duplicates[of(attr::REQ)] > dups
+    });
+    let leaked: Vec<_> = got_back(&third)
+        .into_iter()
+        .filter_map(|(_, mra)| mra)
+        .map(|mra| mra.local_comm_id)
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "the third host got MRAs carrying B's comm ID {leaked:#x?} (B's is {b_id:#x})"
+    );
+    // A's own retransmissions still get theirs.
+    let mra = pair.rec.wait(Some(&pair.active), IB_CM_MRA_RECEIVED);
+    assert_eq!(mra.state, IB_CM_MRA_REQ_RCVD);
+    assert_eq!(passive.state(), IB_CM_REQ_RCVD);
+    pair.finish(&[&passive]);
+}
+
+/// The REP leg: A's user holds its RTU (REP_RCVD); a third host sends a
+/// copy of B's REP (both comm IDs): it must get no MRA of REP, while B's
+/// own retransmission of the REP still gets one.
+#[test]
+fn review_m_1_a_duplicate_rep_from_another_address_gets_no_mra() {
+    let pair = Pair::new();
+    pair.a.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REP_RECEIVED, Arc::new(|_, _| 0)); // no RTU yet
+    let p = impatient(&pair);
+    send_req(&pair.active, &p).unwrap();
+    pair.rec.wait(Some(&pair.active), IB_CM_REP_RECEIVED);
+    let passive = pair.rec.nth_new_id(1);
+    let (a_id, b_id) = {
+        let l = pair.active.lock();
+        (l.inner.local_id, l.inner.remote_id)
+    };
+    std::thread::sleep(PAST_HALF);
+    let third = Raw::open();
+    let copy = Rep {
+        local_comm_id: b_id,
+        remote_comm_id: a_id,
+        local_qpn: PASSIVE_QPN,
+        ..Rep::default()
+    };
+    let dups = counters(&pair.a).rx_duplicates[of(attr::REP)];
+    third.send_to(&pair.a, &copy.encode(0x3e));
+    wait_until("A took the third host's copy as a duplicate", || {
+        counters(&pair.a).rx_duplicates[of(attr::REP)] > dups
+    });
+    let leaked: Vec<_> = got_back(&third)
+        .into_iter()
+        .filter_map(|(_, mra)| mra)
+        .map(|mra| (mra.local_comm_id, mra.message_mraed))
+        .collect();
+    assert!(leaked.is_empty(), "the third host got MRAs {leaked:#x?}");
+    let mra = pair.rec.wait(Some(&passive), IB_CM_MRA_RECEIVED);
+    assert_eq!(mra.state, IB_CM_MRA_REP_RCVD);
+    assert_eq!(pair.active.state(), IB_CM_REP_RCVD);
+    crate::cm::send_rtu(&pair.active, &[]).unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    pair.finish(&[&passive]);
+}
+
+// ---- Through ibcmd (not a finding): the daemon lets a tenant send an MRA
+// of REQ only for a REQ it routed to that tenant, towards the address it
+// came from, while open (`rules::check_send`); an MRA of REP needs the
+// tenant's own comm ID. The automatic MRA answers a duplicate the daemon
+// has just routed (which reopens the request if it had been forgotten),
+// from the id's own comm ID, to the duplicate's address: it passes, and
+// the daemon counts it as sent, not spoofed or refused.
+
+fn refused_by(daemon: &super::switched::Daemon) -> (u64, u64) {
+    use crate::switch::SwitchCounter::{TxRefused, TxSpoofed};
+    (
+        daemon.switch.counter(TxSpoofed),
+        daemon.switch.counter(TxRefused),
+    )
+}
+
+#[test]
+fn review_m_switch_an_auto_mra_of_req_passes_the_daemon() {
+    let daemon = super::switched::Daemon::start(3950);
+    let b = crate::cm::open_device(&daemon.name).unwrap();
+    let pair = Pair::open(b);
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
+    send_req(&pair.active, &impatient(&pair)).unwrap();
+    let mra = pair.rec.wait(Some(&pair.active), IB_CM_MRA_RECEIVED);
+    assert_eq!(mra.state, IB_CM_MRA_REQ_RCVD);
+    assert!(counters(&pair.b).tx_auto_mra >= 1);
+    assert_eq!(refused_by(&daemon), (0, 0));
+    let passive = pair.rec.nth_new_id(1);
+    crate::cm::send_rep(&passive, &rep_params(&[])).unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    assert_eq!(refused_by(&daemon), (0, 0));
+    pair.finish(&[&passive]);
+}
+
+/// B (behind the daemon) connects to a listener on A and holds its RTU.
+#[test]
+fn review_m_switch_an_auto_mra_of_rep_passes_the_daemon() {
+    let daemon = super::switched::Daemon::start(3951);
+    let b = crate::cm::open_device(&daemon.name).unwrap();
+    let pair = Pair::open(b);
+    let listener = crate::cm::create_id(&pair.a, pair.rec.handler()).unwrap();
+    crate::cm::listen(&listener, SERVICE_ID).unwrap();
+    let active = crate::cm::create_id(&pair.b, pair.rec.handler()).unwrap();
+    let to_b = impatient(&pair);
+    let p = ReqParams {
+        primary_path: Path {
+            dgid: to_b.primary_path.sgid,
+            sgid: to_b.primary_path.dgid,
+            dlid: to_b.primary_path.slid,
+            slid: to_b.primary_path.dlid,
+            ..to_b.primary_path
+        },
+        ..to_b
+    };
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REP_RECEIVED, Arc::new(|_, _| 0)); // no RTU yet
+    send_req(&active, &p).unwrap();
+    pair.rec.wait(Some(&active), IB_CM_REP_RECEIVED);
+    let passive = pair.rec.nth_new_id(1);
+    let mra = pair.rec.wait(Some(&passive), IB_CM_MRA_RECEIVED);
+    assert_eq!(mra.state, IB_CM_MRA_REP_RCVD);
+    assert!(counters(&pair.b).tx_auto_mra >= 1);
+    assert_eq!(refused_by(&daemon), (0, 0));
+    crate::cm::send_rtu(&active, &[]).unwrap();
+    pair.rec.wait(Some(&passive), IB_CM_RTU_RECEIVED);
+    assert_eq!(refused_by(&daemon), (0, 0));
+    pair.finish(&[&passive, &listener, &active]);
+}
