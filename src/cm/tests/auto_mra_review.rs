@@ -223,3 +223,93 @@ fn review_m_switch_an_auto_mra_of_rep_passes_the_daemon() {
     assert_eq!(refused_by(&daemon), (0, 0));
     pair.finish(&[&passive, &listener, &active]);
 }
+
+// ---- Timeouts and states (not findings): a REQ's response timeout of 31
+// (2^23 ms) or 0 (1 ms) neither overflows nor panics; REP_SENT still
+// ignores a duplicate REQ (its REP's own retransmission answers it).
+
+/// A REQ from `raw` to B's listener, with response timeout `timeout`; the
+/// REP B would send waits 4 s for its RTU before it is resent.
+fn raw_req(pair: &Pair, raw: &Raw, comm_id: u32, timeout: u8) -> Mad {
+    let mut req = Req {
+        local_comm_id: comm_id,
+        service_id: SERVICE_ID,
+        // Its own (QPN, CA GUID): tests run at once, and the stale
+        // connection check is the process's.
+        local_ca_guid: 0x7e57_0000 | u64::from(comm_id),
+        local_qpn: comm_id,
+        pkey: 0xffff,
+        path_mtu: 3,
+        remote_cm_response_timeout: timeout,
+        local_cm_response_timeout: 20,
+        max_cm_retries: 15,
+        ..Req::default()
+    };
+    req.primary_path.local_gid = raw.me.gid;
+    req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
+    req.primary_path.local_lid = raw.me.lid;
+    req.primary_path.remote_lid = pair.b.ports[0].lid;
+    req.primary_path.subnet_local = true;
+    req.encode(0x51)
+}
+
+/// What B's CM sent `raw` in answer to one more copy of `mad`.
+fn answers_to_a_copy(pair: &Pair, raw: &Raw, mad: &Mad) -> Vec<(u16, Option<Mra>)> {
+    let before = raw.received_after(Duration::ZERO);
+    let dups = counters(&pair.b).rx_duplicates[of(attr::REQ)];
+    raw.send_to(&pair.b, mad);
+    wait_until("B took the copy", || {
+        counters(&pair.b).rx_duplicates[of(attr::REQ)] > dups
+    });
+    got_back(raw).split_off(before)
+}
+
+#[test]
+fn review_m_timeouts_31_and_0_of_a_req() {
+    let pair = Pair::new();
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
+    let raw = Raw::open();
+    // 31: the peer resends after 2^23 ms; a copy 100 ms on is the fabric's.
+    let slow = raw_req(&pair, &raw, 0x31, 31);
+    raw.send_to(&pair.b, &slow);
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    std::thread::sleep(PAST_HALF);
+    assert_eq!(answers_to_a_copy(&pair, &raw, &slow), []);
+    assert_eq!(counters(&pair.b).tx_auto_mra, 0);
+    assert_eq!(
+        crate::cm::mra::AUTO_MRA_DEFAULT.service_timeout(31),
+        Some(31)
+    );
+    // 0: 1 ms, half of it 0: even a copy right behind gets an MRA, of 0 + 4
+    // (1 ms, plus the path's ack timeout at the peer): it stretches the
+    // peer's wait no further than its own interval, one MAD for one.
+    let fast = raw_req(&pair, &raw, 0x30, 0);
+    raw.send_to(&pair.b, &fast);
+    let passive2 = pair.rec.nth_new_id(2);
+    let got = answers_to_a_copy(&pair, &raw, &fast);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let mra = got[0].1.as_ref().expect("an MRA");
+    assert_eq!((mra.remote_comm_id, mra.service_timeout), (0x30, 4));
+    assert_eq!(passive.state(), IB_CM_REQ_RCVD);
+    assert_eq!(passive2.state(), IB_CM_REQ_RCVD);
+    pair.finish(&[&passive, &passive2]);
+}
+
+#[test]
+fn review_m_states_rep_sent_ignores_a_duplicate_req() {
+    let pair = Pair::new();
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
+    let raw = Raw::open();
+    let mad = raw_req(&pair, &raw, 0x5e, 15);
+    raw.send_to(&pair.b, &mad);
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    crate::cm::send_rep(&passive, &rep_params(&[])).unwrap();
+    assert_eq!(raw.received_after(Duration::from_millis(50)), 1, "the REP");
+    std::thread::sleep(PAST_HALF);
+    assert_eq!(answers_to_a_copy(&pair, &raw, &mad), []);
+    assert_eq!(passive.state(), IB_CM_REP_SENT);
+    assert_eq!(counters(&pair.b).tx_auto_mra, 0);
+    pair.finish(&[&passive]);
+}
