@@ -139,11 +139,11 @@ impl AutoMra {
 }
 
 /// The peer's REQ (passive side) or REP (active side) an id has not
-/// answered yet: when it was taken and where it came from, what a
-/// duplicate of it must match to be the peer's retransmission.
+/// answered yet: when it arrived and where it came from, what a duplicate
+/// of it must match to be the peer's retransmission.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerMsg {
-    taken: Instant,
+    arrived: Instant,
     port: u8,
     from: MadAddr,
 }
@@ -151,7 +151,7 @@ pub struct PeerMsg {
 impl PeerMsg {
     pub fn of(work: &Received) -> Self {
         Self {
-            taken: Instant::now(),
+            arrived: work.arrived,
             port: work.port,
             from: work.addr,
         }
@@ -160,14 +160,16 @@ impl PeerMsg {
     /// Whether `dup` can be the peer's retransmission: it came from where
     /// the original did (the port it arrived on, the sender's LID, and its
     /// GID when it had a GRH: a retransmission is the same send buffer on
-    /// the same address handle), and at least `resent_after` later.
+    /// the same address handle), and at least `resent_after` later. Both
+    /// by arrival: a worker held by a handler takes a REQ and the
+    /// retransmissions queued behind it microseconds apart.
     fn resent_as(&self, dup: &Received, resent_after: Duration) -> bool {
         let (a, b) = (&self.from, &dup.addr);
         self.port == dup.port
             && a.dlid == b.dlid
             && a.grh == b.grh
             && (!a.grh || a.dgid == b.dgid)
-            && self.taken.elapsed() >= resent_after
+            && dup.arrived.saturating_duration_since(self.arrived) >= resent_after
     }
 }
 

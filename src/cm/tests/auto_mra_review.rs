@@ -313,3 +313,62 @@ fn review_m_states_rep_sent_ignores_a_duplicate_req() {
     assert_eq!(counters(&pair.b).tx_auto_mra, 0);
     pair.finish(&[&passive]);
 }
+
+// ---- Finding M3: "when the original came" was when the worker took it,
+// not when it arrived. The worker takes received MADs in order, after the
+// handler it runs; a handler that holds it (worker mode: another id's
+// REQ_RECEIVED doing slow setup) leaves a REQ and its retransmissions
+// queued, and then takes them microseconds apart: every retransmission
+// looked like the fabric's copy and was dropped, as the kernel drops it,
+// and a requester with few retries left timed out although B's CM was
+// there to answer for its user. Arrival is now stamped when the MAD is
+// queued.
+
+/// B's worker is held 450 ms by the REQ_RECEIVED handler of a first
+/// connection; meanwhile a remote requester (its own timers: a raw port)
+/// sends its REQ (128 ms response timeout) and retransmits it at 128, 256
+/// and 384 ms. B's user then holds that REQ: each retransmission must get
+/// an MRA.
+#[test]
+fn review_m_3_retransmissions_queued_behind_a_busy_worker_get_an_mra() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let pair = Pair::new();
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    let first = Arc::new(AtomicBool::new(true));
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let started_tx = parking_lot::Mutex::new(started_tx);
+    pair.rec.on(
+        IB_CM_REQ_RECEIVED,
+        Arc::new(move |_, _| {
+            if first.swap(false, Ordering::SeqCst) {
+                started_tx.lock().send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(450)); // slow setup
+            }
+            0 // answered later (never, here)
+        }),
+    );
+    send_req(&pair.active, &pair.req_params()).unwrap();
+    started.recv_timeout(WAIT).unwrap();
+    let raw = Raw::open();
+    let req = raw_req(&pair, &raw, 0xb5, 15);
+    let t0 = std::time::Instant::now();
+    for n in 0..4 {
+        std::thread::sleep(
+            (t0 + n * Duration::from_millis(128))
+                .saturating_duration_since(std::time::Instant::now()),
+        );
+        raw.send_to(&pair.b, &req);
+    }
+    let queued = pair.rec.nth_new_id(2);
+    wait_until("B took the three retransmissions", || {
+        counters(&pair.b).rx_duplicates[of(attr::REQ)] >= 3
+    });
+    let mras = got_back(&raw)
+        .into_iter()
+        .filter(|(_, mra)| mra.is_some())
+        .count();
+    assert_eq!(mras, 3, "MRAs for 3 retransmissions taken late");
+    assert_eq!(queued.state(), IB_CM_REQ_RCVD);
+    let first_id = pair.rec.nth_new_id(1);
+    pair.finish(&[&first_id, &queued]);
+}
