@@ -157,6 +157,13 @@ impl PeerMsg {
         }
     }
 
+    /// Whether it came with a GRH (RoCE, a routed path): then its GID is
+    /// what a duplicate's must match.
+    #[cfg(test)]
+    pub fn came_with_grh(&self) -> bool {
+        self.from.grh
+    }
+
     /// Whether `dup` can be the peer's retransmission: it came from where
     /// the original did (the port it arrived on, the sender's LID, and its
     /// GID when it had a GRH: a retransmission is the same send buffer on

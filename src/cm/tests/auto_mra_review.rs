@@ -372,3 +372,21 @@ fn review_m_3_retransmissions_queued_behind_a_busy_worker_get_an_mra() {
     let first_id = pair.rec.nth_new_id(1);
     pair.finish(&[&first_id, &queued]);
 }
+
+/// M1's check on RoCE (every MAD with a GRH: the sender's GID is compared,
+/// not only the LID): the requester's own retransmission still gets its
+/// automatic MRA.
+#[test]
+fn review_m_1_on_roce_the_requesters_own_retransmission_gets_an_mra() {
+    let roce = || crate::cm::open_roce_loop_device(&loop_name()).unwrap();
+    let pair = Pair::open_both(roce(), roce());
+    pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
+    pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
+    send_req(&pair.active, &impatient(&pair)).unwrap();
+    let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
+    let mra = pair.rec.wait(Some(&pair.active), IB_CM_MRA_RECEIVED);
+    assert_eq!(mra.state, IB_CM_MRA_REQ_RCVD);
+    let from = passive.lock().inner.peer_msg.map(|m| m.came_with_grh());
+    assert_eq!(from, Some(true), "the REQ came with a GRH");
+    pair.finish(&[&passive]);
+}
