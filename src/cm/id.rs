@@ -124,10 +124,10 @@ pub struct CmIdInner {
     /// resends it (its response timeout exponent): what an automatic MRA
     /// (`mra::auto_mra`) is measured against.
     pub peer_response_timeout: u8,
-    /// When the peer's REQ (passive side) or REP (active side) arrived: a
-    /// duplicate much sooner than the peer's response timeout is the
-    /// fabric's copy, not the peer's retransmission.
-    pub peer_msg_arrived: Option<std::time::Instant>,
+    /// When and from where the peer's REQ (passive side) or REP (active
+    /// side) came: only the peer's retransmission of it gets an automatic
+    /// MRA (`mra::PeerMsg`).
+    pub peer_msg: Option<super::mra::PeerMsg>,
     pub msg: Option<Box<TrackedMsg>>,
     pub remote_id_linked: bool,
     pub remote_qpn_linked: bool,

@@ -20,7 +20,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Locked};
@@ -39,6 +39,7 @@ use crate::abi::{IB_CM_MRA_FLAG_DELAY, data_size};
 use crate::errno::CmResult;
 use crate::ibcm_log;
 use crate::refusal::{above, wrong_state};
+use crate::transport::MadAddr;
 use crate::wire::mra::CM_MRA_PRIVATE_DATA;
 use crate::wire::{Mad, Mra, MsgResponse, attr};
 
@@ -137,6 +138,48 @@ impl AutoMra {
     }
 }
 
+/// The peer's REQ (passive side) or REP (active side) an id has not
+/// answered yet: when it arrived and where it came from, what a duplicate
+/// of it must match to be the peer's retransmission.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerMsg {
+    arrived: Instant,
+    port: u8,
+    from: MadAddr,
+}
+
+impl PeerMsg {
+    pub fn of(work: &Received) -> Self {
+        Self {
+            arrived: work.arrived,
+            port: work.port,
+            from: work.addr,
+        }
+    }
+
+    /// Whether it came with a GRH (RoCE, a routed path): then its GID is
+    /// what a duplicate's must match.
+    #[cfg(test)]
+    pub fn came_with_grh(&self) -> bool {
+        self.from.grh
+    }
+
+    /// Whether `dup` can be the peer's retransmission: it came from where
+    /// the original did (the port it arrived on, the sender's LID, and its
+    /// GID when it had a GRH: a retransmission is the same send buffer on
+    /// the same address handle), and at least `resent_after` later. Both
+    /// by arrival: a worker held by a handler takes a REQ and the
+    /// retransmissions queued behind it microseconds apart.
+    fn resent_as(&self, dup: &Received, resent_after: Duration) -> bool {
+        let (a, b) = (&self.from, &dup.addr);
+        self.port == dup.port
+            && a.dlid == b.dlid
+            && a.grh == b.grh
+            && (!a.grh || a.dgid == b.dgid)
+            && dup.arrived.saturating_duration_since(self.arrived) >= resent_after
+    }
+}
+
 /// A duplicate of the peer's REQ or REP (`mraed`) while the user has not
 /// answered it (the id in REQ_RCVD or REP_RCVD): an MRA back to where it
 /// came from, if the device sends automatic ones, so the peer waits
@@ -146,15 +189,23 @@ impl AutoMra {
 /// Only for the peer's retransmission: a duplicate that comes less than
 /// half the peer's response timeout after the original is a copy the
 /// fabric made, not a sign that the peer's timer ran out; it is dropped as
-/// the kernel drops it, and the peer keeps its short interval.
+/// the kernel drops it, and the peer keeps its short interval. So is one
+/// from another address than the original's: the kernel answers nothing
+/// in these states, and an MRA to whoever sent a copy of the REQ (its comm
+/// ID and CA GUID) or REP (both comm IDs) would hand a third host our comm
+/// ID, the half it lacks to forge what the connection takes, or send MRAs
+/// wherever a spoofed source address says.
 pub fn auto_mra(work: &Received, l: &Locked, mraed: MsgResponse) {
     let peer = l.inner.peer_response_timeout;
     let Some(service_timeout) = work.device.auto_mra().service_timeout(peer) else {
         return;
     };
-    let retransmitted_after = Duration::from_millis(u64::from(convert_to_ms(peer) / 2));
-    let arrived = l.inner.peer_msg_arrived;
-    if arrived.is_none_or(|at| at.elapsed() < retransmitted_after) {
+    let resent_after = Duration::from_millis(u64::from(convert_to_ms(peer) / 2));
+    if !l
+        .inner
+        .peer_msg
+        .is_some_and(|original| original.resent_as(work, resent_after))
+    {
         return;
     }
     let mra = format_mra_with(l, mraed, service_timeout, &[]);

@@ -1,6 +1,7 @@
 //! Received MADs: checked, then dispatched by attribute (`cm_recv_handler`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use std::sync::atomic::Ordering;
 
@@ -20,6 +21,10 @@ pub struct Received {
     pub addr: MadAddr,
     pub tid: u64,
     pub mad: Arc<Mad>,
+    /// When the transport handed it to the engine, not when the worker took
+    /// it: what tells a peer's retransmission from the fabric's copy
+    /// (`mra::PeerMsg`) when the worker was held meanwhile.
+    pub arrived: Instant,
 }
 
 impl Received {
@@ -102,6 +107,17 @@ fn malformed(device: &Device, port: u8) {
 /// Dispatches one received MAD. Anything that is not a well-formed CM MAD of a
 /// handled attribute is dropped.
 pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
+    recv_handler_at(device, port, addr, mad, Instant::now());
+}
+
+/// [`recv_handler`] for a MAD that arrived at `arrived`.
+pub fn recv_handler_at(
+    device: &Arc<Device>,
+    port: u8,
+    addr: MadAddr,
+    mad: Arc<Mad>,
+    arrived: Instant,
+) {
     if crate::pcap::enabled() {
         crate::pcap::record(&addr.dgid, &device.source_gid(port, addr.sgid_index), &mad);
     }
@@ -127,6 +143,7 @@ pub fn recv_handler(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>
         addr,
         tid: header.tid,
         mad,
+        arrived,
     };
     match header.attr_id {
         attr::REQ => req::req_handler(work),

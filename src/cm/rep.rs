@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::event::{CmEvent, EventParam, RepRcvd};
 use super::id::CmIdPriv;
-use super::mra::{auto_mra, format_mra};
+use super::mra::{PeerMsg, auto_mra, format_mra};
 use super::path::{ack_timeout, iba_time};
 use super::recv::Received;
 use super::rej::issue_rej;
@@ -185,7 +185,7 @@ pub fn rep_handler(work: Received) {
     }
     l.set_remote_id(rep.local_comm_id);
     l.set_state(IB_CM_REP_RCVD, "REP received");
-    l.inner.peer_msg_arrived = Some(std::time::Instant::now());
+    l.inner.peer_msg = Some(PeerMsg::of(&work));
     l.inner.initiator_depth = rep.responder_resources;
     l.inner.responder_resources = rep.initiator_depth;
     l.inner.sq_psn = rep.starting_psn;

@@ -6,7 +6,7 @@ use super::device::{Device, Port};
 use super::event::{CmEvent, EventParam, ReqRcvd};
 use super::id::{Av, CmIdPriv, Locked};
 use super::lap::on_roce_port;
-use super::mra::{auto_mra, format_mra};
+use super::mra::{PeerMsg, auto_mra, format_mra};
 use super::path::{
     LID_PERMISSIVE, Path, REC_TYPE_IB, ack_timeout, av_timeout, convert_to_ms, iba_time,
     req_timeout_ms,
@@ -399,7 +399,7 @@ pub fn req_handler(work: Received) {
     l.inner.timeout_ms = convert_to_ms(req.local_cm_response_timeout);
     l.inner.max_cm_retries = req.max_cm_retries;
     l.inner.peer_response_timeout = req.remote_cm_response_timeout;
-    l.inner.peer_msg_arrived = Some(std::time::Instant::now());
+    l.inner.peer_msg = Some(PeerMsg::of(&work));
     l.inner.initiator_depth = req.responder_resources;
     l.inner.responder_resources = req.initiator_depth;
     l.inner.path_mtu = req.path_mtu;

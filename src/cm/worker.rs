@@ -42,6 +42,8 @@ pub enum Work {
         port: u8,
         addr: MadAddr,
         mad: Arc<Mad>,
+        /// When it was queued: the worker may take it much later.
+        arrived: Instant,
     },
     Deliver {
         id: Arc<CmIdPriv>,
@@ -191,6 +193,7 @@ pub fn queue_recv(device: Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
         port,
         addr,
         mad,
+        arrived: Instant::now(),
     });
 }
 
@@ -586,8 +589,11 @@ fn run_work(work: Work) {
             port,
             addr,
             mad,
+            arrived,
         } => {
-            contain("a received MAD", || handle_recv(&device, port, addr, mad));
+            contain("a received MAD", || {
+                handle_recv(&device, port, addr, mad, arrived);
+            });
         }
         Work::Deliver { id, event } => {
             if !contain("an event", || deliver(&id, &event)) {
@@ -617,12 +623,12 @@ fn run_work(work: Work) {
 /// A received MAD leaves the device's queue and goes to `cm_recv_handler`,
 /// unless the device was closed meanwhile: a closed device sends nothing, and
 /// nobody is left to care (not counted: its counters are gone with it).
-fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>) {
+fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>, arrived: Instant) {
     device.release_rx_slot();
     #[cfg(test)]
     fault::maybe_panic_receiving(device);
     if !device.is_closed() {
-        recv::recv_handler(device, port, addr, mad);
+        recv::recv_handler_at(device, port, addr, mad, arrived);
     }
 }
 

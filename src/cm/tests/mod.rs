@@ -6,6 +6,7 @@
 mod ack_delay;
 mod alt_path;
 mod auto_mra;
+mod auto_mra_review;
 mod connect;
 mod counters;
 mod disconnect;

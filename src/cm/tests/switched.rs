@@ -13,14 +13,14 @@ use crate::switch::{SeqPacket, Switch, SwitchConfig};
 use crate::transport::switch::TEST_SOCKETS;
 
 /// An in-process daemon serving loop device `index`'s port as `ibswN`.
-struct Daemon {
-    switch: Arc<Switch>,
-    name: String,
+pub(super) struct Daemon {
+    pub(super) switch: Arc<Switch>,
+    pub(super) name: String,
     socket: PathBuf,
 }
 
 impl Daemon {
-    fn start(index: u32) -> Self {
+    pub(super) fn start(index: u32) -> Self {
         Self::start_with(index, SwitchConfig::default())
     }
 
