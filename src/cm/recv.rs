@@ -28,6 +28,14 @@ pub struct Received {
 }
 
 impl Received {
+    /// `cm_get_bth_pkey()`: the P_Key of the packet this came in, from the
+    /// port's table at the index it arrived with (`None` if the index is
+    /// not in the table).
+    pub fn bth_pkey(&self) -> Option<u16> {
+        let port = self.device.port(self.port).ok()?;
+        port.pkeys.get(usize::from(self.addr.pkey_index)).copied()
+    }
+
     /// Sends `mad` back to where this MAD came from (`cm_alloc_response_msg`).
     pub fn reply(&self, mad: &Mad) {
         // A lost reply is what the wire does too; the peer retries.

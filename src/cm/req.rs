@@ -443,7 +443,8 @@ pub fn req_handler(work: Received) {
 
     let event = ReqRcvd {
         listen_id: listener,
-        bth_pkey: req.pkey,
+        // cm_format_req_event(): the packet's P_Key, not the REQ's field.
+        bth_pkey: work.bth_pkey().unwrap_or(req.pkey),
         port: work.port,
         primary_path,
         alternate_path,

@@ -233,7 +233,7 @@ pub fn sidr_req_handler(work: Received) {
         listen_id: listener,
         service_id: req.service_id,
         port: work.port,
-        bth_pkey: bth_pkey(&work).unwrap_or(req.pkey),
+        bth_pkey: work.bth_pkey().unwrap_or(req.pkey),
         pkey: req.pkey,
     };
     queue_event(
@@ -245,14 +245,6 @@ pub fn sidr_req_handler(work: Received) {
             CM_SIDR_REQ_PRIVATE_DATA.mad_range(),
         ),
     );
-}
-
-/// `cm_get_bth_pkey()`: the P_Key of the packet `work` came in, from the
-/// port's table at the index it arrived with (`None` if the index is not
-/// in the table).
-fn bth_pkey(work: &Received) -> Option<u16> {
-    let port = work.device.port(work.port).ok()?;
-    port.pkeys.get(usize::from(work.addr.pkey_index)).copied()
 }
 
 /// `cm_sidr_rep_handler()`.

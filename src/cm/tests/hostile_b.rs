@@ -380,3 +380,47 @@ fn hostile_backlog_counts_delivered_requests_unlike_ucma() {
     );
     pair.finish(&children.iter().collect::<Vec<_>>());
 }
+
+/// `cm_format_req_event()`: `req_rcvd.bth_pkey` is `cm_get_bth_pkey(work)`,
+/// the P_Key of the packet (the port's table at the index it came in at),
+/// not the REQ's P_Key field. A REQ whose field is 0x7fff (limited member)
+/// matches the port's 0xffff (`ib_find_cached_pkey` compares without the
+/// membership bit) and arrives in a packet of P_Key 0xffff.
+#[test]
+fn req_received_bth_pkey_is_the_packets_not_the_reqs() {
+    let pair = Pair::new();
+    let seen: Arc<Mutex<Option<u16>>> = Arc::default();
+    let store = seen.clone();
+    pair.rec.on(
+        IB_CM_REQ_RECEIVED,
+        Arc::new(move |_, ev: &CmEvent| {
+            if let crate::cm::event::EventParam::ReqRcvd(r) = &ev.param {
+                *store.lock() = Some(r.bth_pkey);
+            }
+            0
+        }),
+    );
+    let raw = Raw::open();
+    let mut req = Req {
+        local_comm_id: 0x0bad_7fff,
+        service_id: SERVICE_ID,
+        local_ca_guid: 0x7f7f,
+        local_qpn: 0x7f7f,
+        pkey: 0x7fff,
+        path_mtu: 3,
+        remote_cm_response_timeout: 20,
+        local_cm_response_timeout: 20,
+        max_cm_retries: 3,
+        ..Req::default()
+    };
+    req.primary_path.local_gid = raw.me.gid;
+    req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
+    req.primary_path.local_lid = raw.me.lid;
+    req.primary_path.remote_lid = pair.b.ports[0].lid;
+    req.primary_path.subnet_local = true;
+    raw.send_to(&pair.b, &req.encode(7));
+    pair.rec.wait(None, IB_CM_REQ_RECEIVED);
+    assert_eq!(*seen.lock(), Some(0xffff), "the packet's P_Key");
+    let new_id = pair.rec.nth_new_id(1);
+    pair.finish(&[&new_id]);
+}
