@@ -14,6 +14,7 @@ use super::cache::{Config, PathCache};
 use super::tests::{Answer, FakeSa, SA_TESTS};
 use crate::cm::device::Device;
 use crate::cm::tests::loop_name;
+use crate::log::capture::Capture;
 use crate::transport::loopback::LoopIdentity;
 use crate::transport::port_watch::PortPoller;
 
@@ -181,4 +182,24 @@ fn a_closed_device_is_not_polled_any_more() {
     let f = Fixture::new(NOT_STALE);
     crate::cm::close_device(&f.device).unwrap();
     assert!(!f.device.poll_ports());
+}
+
+/// Review finding 1: an SM LID that alternates at every read (two SMs
+/// fighting for master) drops every cached path at every poll, and each
+/// drop is an info line: at the default level (warn) nothing says that the
+/// cache is defeated. Such a port is warned about, once, however often it
+/// flaps.
+#[test]
+fn review_p_1_a_port_whose_sm_flaps_at_every_poll_is_warned_about_once() {
+    let f = Fixture::new(NOT_STALE);
+    let capture = Capture::of(&[&f.device.name]);
+    let sm_lids = [NEW_SM_LID, f.device.ports[0].sm_lid];
+    for poll in 0..20 {
+        f.write("sm_lid", &format!("{:#x}", sm_lids[poll % 2]));
+        assert!(f.device.poll_ports());
+    }
+    assert_eq!(f.counts(), (20, 0), "every poll a change");
+    let said = capture.lines_with(&["warn", "port 1", "changed 5 times"]);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("cached paths"), "{said:?}");
 }

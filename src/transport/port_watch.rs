@@ -66,10 +66,20 @@ struct Source {
     interval: Duration,
 }
 
+/// A port that changes this many times within [`FLAP_WINDOW`] is warned
+/// about (once a window): each change drops its cached paths, so a port
+/// that keeps changing (two SMs fighting for master, a link going down and
+/// up) defeats the path cache, and its changes are only info lines.
+const FLAP_CHANGES: u32 = 5;
+const FLAP_WINDOW: Duration = Duration::from_secs(60);
+
 /// One port's last read.
 struct Live {
     state: PortState,
     read_at: Instant,
+    /// When the current [`FLAP_WINDOW`] began, and the changes seen in it.
+    window_start: Instant,
+    window_changes: u32,
     /// A failed read was logged; the next success clears it.
     unreadable_said: bool,
     /// A read succeeded since the device opened.
@@ -148,6 +158,8 @@ impl LivePorts {
                     live: Mutex::new(Live {
                         state,
                         read_at: now,
+                        window_start: now,
+                        window_changes: 0,
                         unreadable_said: false,
                         read_once: false,
                     }),
@@ -230,7 +242,11 @@ impl LivePorts {
                 live.unreadable_said = false;
                 live.read_once = true;
                 let old = std::mem::replace(&mut live.state, new);
+                let flapping = old != new && live.count_change();
                 drop(live);
+                if flapping {
+                    say_flapping(source, port.port_num);
+                }
                 (old != new).then(|| {
                     port.changes.fetch_add(1, Ordering::Relaxed);
                     Change {
@@ -244,6 +260,29 @@ impl LivePorts {
         port.reading.store(false, Ordering::Release);
         change
     }
+}
+
+impl Live {
+    /// Counts a change in the current window: true when it is the one that
+    /// makes the port flapping (said once a window).
+    fn count_change(&mut self) -> bool {
+        let now = Instant::now();
+        if now.duration_since(self.window_start) >= FLAP_WINDOW {
+            (self.window_start, self.window_changes) = (now, 0);
+        }
+        self.window_changes += 1;
+        self.window_changes == FLAP_CHANGES
+    }
+}
+
+/// A port changed [`FLAP_CHANGES`] times within [`FLAP_WINDOW`].
+fn say_flapping(source: &Source, port_num: u8) {
+    crate::ibcm_log!(
+        Warn,
+        "{} port {port_num}: changed {FLAP_CHANGES} times in less than {} s (an SM that keeps moving, a link going down and up?): each change drops the port's cached paths",
+        source.name,
+        FLAP_WINDOW.as_secs()
+    );
 }
 
 /// A port's files could not be read (said once until they can again): a
