@@ -323,7 +323,10 @@ static WATCHED: Mutex<Watched> = Mutex::new(Watched {
 
 /// Has the watcher thread poll `poller` every [`poll_interval`] from now
 /// on, until it is dropped or closed (nothing with the interval 0). The
-/// thread runs while there is something to watch.
+/// thread runs while there is something to watch. When it cannot start
+/// (`EAGAIN`), the device opens all the same (its ports are read before an
+/// SA query when their last read is stale), and the next `watch` tries
+/// again, for every poller since.
 pub fn watch(poller: Weak<dyn PortPoller>) {
     let Some(interval) = poll_interval() else {
         return;
@@ -333,23 +336,34 @@ pub fn watch(poller: Weak<dyn PortPoller>) {
     if watched.running {
         return;
     }
-    let spawned = std::thread::Builder::new()
+    match spawn(interval) {
+        Ok(()) => watched.running = true,
+        Err(e) => {
+            // Kept: a later watch whose thread starts polls them too. Those
+            // gone are dropped here, so that failures do not pile up.
+            watched.pollers.retain(|p| p.strong_count() > 0);
+            drop(watched);
+            crate::ibcm_log!(
+                Error,
+                "cannot start the port watcher thread: {e}; ports are read again only before an SA query, until a device opened later starts it"
+            );
+        }
+    }
+}
+
+/// Starts the watcher thread.
+fn spawn(interval: Duration) -> std::io::Result<()> {
+    #[cfg(test)]
+    if tests::FAIL_SPAWN.swap(false, Ordering::Relaxed) {
+        return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+    }
+    std::thread::Builder::new()
         .name("ibcm-ports".into())
         .spawn(move || {
             crate::os::sys::block_all_signals();
             run(interval);
-        });
-    match spawned {
-        Ok(_) => watched.running = true,
-        Err(e) => {
-            watched.pollers.clear();
-            drop(watched);
-            crate::ibcm_log!(
-                Error,
-                "cannot start the port watcher thread: {e}; port changes are not seen"
-            );
-        }
-    }
+        })
+        .map(drop)
 }
 
 /// The watcher thread: polls every watched poller each `interval`, and ends
@@ -381,6 +395,49 @@ mod tests {
     use crate::transport::sysfs::read_port_state;
     use std::fs;
     use std::path::Path;
+
+    /// The next start of the watcher thread fails with `EAGAIN`.
+    pub(super) static FAIL_SPAWN: AtomicBool = AtomicBool::new(false);
+
+    /// A poller that counts its polls.
+    #[derive(Default)]
+    struct Counting(AtomicU64);
+
+    impl PortPoller for Counting {
+        fn poll_ports(&self) -> bool {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+
+    fn polls(p: &Counting) -> u64 {
+        p.0.load(Ordering::Relaxed)
+    }
+
+    /// Review finding 3: a device opened when the watcher thread could not
+    /// start (`EAGAIN`) was forgotten: the next open started the thread for
+    /// its own device only, and the first one's ports were never polled.
+    #[test]
+    fn review_p_3_a_device_watched_when_the_thread_could_not_start_is_polled_once_it_does() {
+        if poll_interval().is_none() {
+            return; // IBCM_PORT_POLL_MS=0: nothing is ever polled.
+        }
+        let (first, second) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
+        FAIL_SPAWN.store(true, Ordering::Relaxed);
+        let weak = |p: &Arc<Counting>| {
+            let p: Arc<dyn PortPoller> = p.clone();
+            Arc::downgrade(&p)
+        };
+        watch(weak(&first));
+        assert!(!WATCHED.lock().running, "the thread started");
+        watch(weak(&second));
+        let start = Instant::now();
+        while polls(&second) == 0 && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(polls(&second) > 0, "the thread never polled");
+        assert!(polls(&first) > 0, "the first poller was forgotten");
+    }
 
     const ACTIVE: PortState = PortState {
         lid: 3,
