@@ -6,6 +6,7 @@
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::mpsc::sync_channel;
 use std::time::Duration;
 
 use parking_lot::MutexGuard;
@@ -13,7 +14,8 @@ use parking_lot::MutexGuard;
 use super::cache::{Config, PathCache};
 use super::tests::{Answer, FakeSa, SA_TESTS};
 use crate::cm::device::Device;
-use crate::cm::tests::loop_name;
+use crate::cm::tests::{loop_name, wait_until};
+use crate::log::capture::Capture;
 use crate::transport::loopback::LoopIdentity;
 use crate::transport::port_watch::PortPoller;
 
@@ -181,4 +183,46 @@ fn a_closed_device_is_not_polled_any_more() {
     let f = Fixture::new(NOT_STALE);
     crate::cm::close_device(&f.device).unwrap();
     assert!(!f.device.poll_ports());
+}
+
+/// Review finding 1: an SM LID that alternates at every read (two SMs
+/// fighting for master) drops every cached path at every poll, and each
+/// drop is an info line: at the default level (warn) nothing says that the
+/// cache is defeated. Such a port is warned about, once, however often it
+/// flaps.
+#[test]
+fn review_p_1_a_port_whose_sm_flaps_at_every_poll_is_warned_about_once() {
+    let f = Fixture::new(NOT_STALE);
+    let capture = Capture::of(&[&f.device.name]);
+    let sm_lids = [NEW_SM_LID, f.device.ports[0].sm_lid];
+    for poll in 0..20 {
+        f.write("sm_lid", &format!("{:#x}", sm_lids[poll % 2]));
+        assert!(f.device.poll_ports());
+    }
+    assert_eq!(f.counts(), (20, 0), "every poll a change");
+    let said = capture.lines_with(&["warn", "port 1", "changed 5 times"]);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("cached paths"), "{said:?}");
+}
+
+/// The review's check of a query in flight to the old SM when the move is
+/// seen (not a finding): its answer, from the old SM's LID, goes to its
+/// asker but is not kept, since the port's invalidation came after the
+/// query began; the next ask goes to the new SM.
+#[test]
+fn an_answer_in_flight_from_the_old_sm_when_the_port_moves_is_handed_on_not_kept() {
+    let f = Fixture::new(NOT_STALE);
+    let (release, hold) = sync_channel(1);
+    let old_sm = FakeSa::scripted(Answer::Numbered, 0, Some(hold));
+    let new_sm = FakeSa::open_at(NEW_SM_LID, Answer::Numbered);
+    let device = f.device.clone();
+    let asker = std::thread::spawn(move || device.init_path(1, &dest(1)).map(|p| p.dlid));
+    wait_until("the query at the old SM", || old_sm.queries() == 1);
+    f.write("sm_lid", &format!("{NEW_SM_LID:#x}"));
+    assert!(f.device.poll_ports());
+    release.send(()).unwrap();
+    assert_eq!(asker.join().unwrap(), Ok(1), "the old SM's answer");
+    assert_eq!(f.path(1), Ok(1), "the new SM's first answer, not a hit");
+    assert_eq!((old_sm.queries(), new_sm.queries()), (1, 1));
+    assert_eq!(f.cache.counters().hits, 0);
 }

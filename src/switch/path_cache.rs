@@ -29,14 +29,23 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use super::proto::DeviceInfo;
 use super::routing::ClientId;
 use super::rules::be32;
 use crate::sa::cache::{Config, Counters, Epoch, Key, PathCache, PortId, PortView};
 use crate::sa::pathrec::RECORD_SIZE;
 use crate::transport::MadAddr;
+use crate::transport::loopback::LoopIdentity;
+use crate::transport::port_watch::Change;
 use crate::transport::sysfs::PortState;
 use crate::wire::Mad;
+
+/// How many SM LIDs a served device's ports had before the ones they have
+/// now the daemon remembers (the oldest forgotten): SMs do not move often,
+/// and a tenant registered before more moves than that reopens.
+const FORMER_SMS_MAX: usize = 8;
 
 /// How many SA queries in flight the daemon remembers per process (its
 /// oldest forgotten): one that floods the SA cannot make the daemon forget
@@ -105,6 +114,58 @@ impl SaPort {
     }
 }
 
+/// The SM LIDs the ports of a served device had before the ones they have
+/// now, (port, LID), the newest last: a tenant registered before the SM
+/// moved was told one of them, and its library, if it cannot read the
+/// host's sysfs (a container), still sends its path queries there.
+#[derive(Default)]
+pub(super) struct FormerSms(Mutex<Vec<(u8, u16)>>);
+
+impl FormerSms {
+    /// A port changed: the SM LID it had is a former one, the one it has
+    /// is not.
+    pub(super) fn port_changed(&self, change: &Change) {
+        let (old, new) = (change.old.sm_lid, change.new.sm_lid);
+        if old == new {
+            return;
+        }
+        let mut former = self.0.lock();
+        former.retain(|&(port, lid)| port != change.port_num || (lid != old && lid != new));
+        if old != 0 {
+            if former.len() >= FORMER_SMS_MAX {
+                former.remove(0);
+            }
+            former.push((change.port_num, old));
+        }
+    }
+
+    /// Where a path query of a tenant from `port` to `addr` goes when
+    /// `addr` is an SM the port had before: the SM it has now (`now`), on
+    /// the in-process fabric by its GID. `None`: it goes where it was sent.
+    pub(super) fn redirect(
+        &self,
+        port: u8,
+        addr: &MadAddr,
+        now: PortState,
+        in_process: bool,
+    ) -> Option<MadAddr> {
+        let former = (now.sm_lid != 0 && addr.dlid != now.sm_lid)
+            && self.0.lock().contains(&(port, addr.dlid));
+        former.then(|| MadAddr {
+            dlid: now.sm_lid,
+            sl: now.sm_sl,
+            // An SA query in the subnet needs no GRH; the in-process fabric
+            // delivers by GID.
+            grh: false,
+            dgid: match in_process {
+                true => LoopIdentity::from_lid(now.sm_lid).map_or([0; 16], |l| l.gid),
+                false => [0; 16],
+            },
+            ..*addr
+        })
+    }
+}
+
 /// The cache key of `mad` asked from `port`: for a plain SubnAdmGet only,
 /// every byte of it but the TID's and those of the key zero, so that two
 /// queries with the same key are the same query.
@@ -142,8 +203,15 @@ struct Flight {
     sa_lid: u16,
     /// (process, its TID), in the order they asked.
     waiters: Vec<(ClientId, u32)>,
+    /// The waiters that asked an SM the port had before ([`FormerSms`]),
+    /// and its LID: their answer is handed back as from there.
+    aliases: Vec<((ClientId, u32), u16)>,
     last_sent: Instant,
 }
+
+/// Who waits for an answer: a process, its TID, and the LID its answer is
+/// handed back as from when it asked an SM the port had before.
+pub(super) type Waiter = (ClientId, u32, Option<u16>);
 
 /// A process's waits, oldest first: (the daemon's TID, its own). Some may
 /// be answered already.
@@ -182,16 +250,44 @@ impl SaQueries {
 
     /// Process `client` (whose waits are `waits`) sends path query `mad`
     /// from `port` (`None`: not one the cache may serve) to the SA at
-    /// `sa_lid`.
+    /// `sa_lid`; `alias`: the former SM's LID it sent it to, when the
+    /// daemon sends it to `sa_lid` instead ([`FormerSms`]).
     pub(super) fn ask(
         &mut self,
         client: ClientId,
         waits: &mut SaWaits,
         port: Option<SaPort>,
-        sa_lid: u16,
+        (sa_lid, alias): (u16, Option<u16>),
         mad: &mut Mad,
     ) -> Asked {
         let waiter = (client, be32(mad, 12));
+        let asked = self.ask_as(waiter, waits, port, sa_lid, mad);
+        if let Some(lid) = alias {
+            match asked {
+                Asked::Answered(mad, from) => {
+                    return Asked::Answered(mad, MadAddr { dlid: lid, ..from });
+                }
+                Asked::Send | Asked::Waits => {
+                    let tid = be32(mad, 12);
+                    if let Some(flight) = self.flights.get_mut(&tid)
+                        && !flight.aliases.iter().any(|(w, _)| *w == waiter)
+                    {
+                        flight.aliases.push((waiter, lid));
+                    }
+                }
+            }
+        }
+        asked
+    }
+
+    fn ask_as(
+        &mut self,
+        waiter: (ClientId, u32),
+        waits: &mut SaWaits,
+        port: Option<SaPort>,
+        sa_lid: u16,
+        mad: &mut Mad,
+    ) -> Asked {
         let Some((key, view)) = port.and_then(|p| Some((key_of(p.id, mad)?, p.view))) else {
             let tid = self.start(None, sa_lid, waiter, waits);
             mad[12..16].copy_from_slice(&tid.to_be_bytes());
@@ -242,6 +338,7 @@ impl SaQueries {
                 keep,
                 sa_lid,
                 waiters: vec![waiter],
+                aliases: Vec::new(),
                 last_sent: Instant::now(),
             },
         );
@@ -284,6 +381,7 @@ impl SaQueries {
             return;
         };
         flight.waiters.retain(|w| *w != waiter);
+        flight.aliases.retain(|(w, _)| *w != waiter);
         if flight.waiters.is_empty() {
             self.end(tid);
         }
@@ -311,7 +409,7 @@ impl SaQueries {
     /// with its own TID). A success from the SA the query went to is kept;
     /// an error other than Busy drops the port's answers for that
     /// destination.
-    pub(super) fn answered(&mut self, mad: &Mad, from: &MadAddr) -> Vec<(ClientId, u32)> {
+    pub(super) fn answered(&mut self, mad: &Mad, from: &MadAddr) -> Vec<Waiter> {
         let Some(flight) = self.end(be32(mad, 12)) else {
             return Vec::new();
         };
@@ -328,7 +426,12 @@ impl SaQueries {
                     .invalidate_destination(keep.key.port(), &keep.key.dgid());
             }
         }
-        flight.waiters
+        let alias = |w: &(ClientId, u32)| {
+            let found = flight.aliases.iter().find(|(a, _)| a == w);
+            found.map(|&(_, lid)| lid)
+        };
+        let waiters = flight.waiters.iter();
+        waiters.map(|w| (w.0, w.1, alias(w))).collect()
     }
 
     pub(super) fn counters(&self) -> Counters {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::path_cache::{Asked, SaPort, SaQueries, SaWaits};
+use super::path_cache::{Asked, FormerSms, SaPort, SaQueries, SaWaits};
 use super::proto::{DeviceInfo, ToClient};
 use super::qp_owner::QpOwners;
 use super::rules::{
@@ -262,6 +262,8 @@ struct SwitchDevice {
     /// As it opened; its ports' LID and SM as they are now are `live`.
     info: DeviceInfo,
     live: LivePorts,
+    /// The SM LIDs its ports had before the ones `live` says.
+    former_sms: FormerSms,
     /// What the port watcher holds of it while it is served.
     _poller: Option<Arc<dyn PortPoller>>,
     transport: Arc<dyn MadTransport>,
@@ -667,6 +669,7 @@ impl Switch {
         let device = Arc::new(SwitchDevice {
             info,
             live,
+            former_sms: FormerSms::default(),
             _poller: poller.as_ref().map(|(_, p)| p.clone()),
             transport,
             qp_owners,
@@ -688,6 +691,7 @@ impl Switch {
             return false;
         };
         for change in served.live.refresh_all() {
+            served.former_sms.port_changed(&change);
             self.port_did_change(device, served.info.node_guid, change);
         }
         true
@@ -1233,19 +1237,25 @@ impl Switch {
         let waiters = st.sa.answered(mad, addr);
         let to: Vec<_> = waiters
             .into_iter()
-            .filter_map(|(client, theirs)| {
+            .filter_map(|(client, theirs, alias)| {
                 let c = st.clients.get(&client)?;
-                Some((client, Recipient::of(c), theirs))
+                Some((client, Recipient::of(c), theirs, alias))
             })
             .collect();
         drop(st);
         if to.is_empty() {
             return Route::Drop;
         }
-        for (client, recipient, theirs) in to {
+        for (client, recipient, theirs, alias) in to {
             let mut answer = *mad;
             answer[12..16].copy_from_slice(&theirs.to_be_bytes());
-            self.hand_sa_answer(client, &recipient, addr, answer);
+            // One who asked the SM the port had before takes an answer
+            // only from there.
+            let from = MadAddr {
+                dlid: alias.unwrap_or(addr.dlid),
+                ..*addr
+            };
+            self.hand_sa_answer(client, &recipient, &from, answer);
         }
         Route::Done
     }
@@ -1272,6 +1282,9 @@ impl Switch {
     /// carry.
     pub fn outbound(&self, client: ClientId, port: u8, addr: &MadAddr, mad: &Mad) -> CmResult {
         let mut mad = *mad;
+        // A path query to an SM the port had before goes to the one it has.
+        let mut addr = *addr;
+        let addr = &mut addr;
         // Whose QPs it names, asked of the kernel before the state lock.
         let qp_refusal = named_qpns(&mad).find_map(|qpn| self.qp_refusal(client, port, qpn));
         let (transport, verdict, sa_served) = {
@@ -1372,7 +1385,7 @@ impl Switch {
             self.count(SwitchCounter::TxRefused);
             return Err(ENODEV);
         };
-        match transport.send(port, addr, &mad) {
+        match transport.send(port, &*addr, &mad) {
             Ok(()) => {
                 self.count(SwitchCounter::TxSent);
                 if mad[1] == MGMT_CLASS_SA {
@@ -1414,22 +1427,32 @@ impl Switch {
     /// path cache (`path_cache`): `None` when it goes to the SA, with a TID
     /// of the daemon's (the processes' own TIDs collide) remembered to route
     /// the answer back; else answered from the cache, or waiting for the
-    /// same query in flight.
+    /// same query in flight. A query to an SM the port had before goes to
+    /// the one it has now (`addr` is changed), and its answer is handed
+    /// back as from the LID asked ([`FormerSms`]).
     fn track_sa_query(
         &self,
         st: &mut State,
         client: ClientId,
         port: u8,
-        addr: &MadAddr,
+        addr: &mut MadAddr,
         mad: &mut Mad,
     ) -> Option<SaServed> {
         let c = st.clients.get_mut(&client)?;
-        let sa_port = self
-            .devices
-            .read()
-            .get(&c.device)
-            .and_then(|d| SaPort::of(&d.info, d.live.state(port), port, addr));
-        match st.sa.ask(client, &mut c.sa_waits, sa_port, addr.dlid, mad) {
+        let mut alias = None;
+        let sa_port = self.devices.read().get(&c.device).and_then(|d| {
+            let now = d.live.state(port);
+            let in_process = d.transport.as_loop().is_some();
+            if let Some(to) = now.and_then(|n| d.former_sms.redirect(port, addr, n, in_process)) {
+                alias = Some(addr.dlid);
+                *addr = to;
+            }
+            SaPort::of(&d.info, now, port, addr)
+        });
+        match st
+            .sa
+            .ask(client, &mut c.sa_waits, sa_port, (addr.dlid, alias), mad)
+        {
             Asked::Send => None,
             Asked::Waits => Some(SaServed::Waits),
             Asked::Answered(answer, from) => {

@@ -542,3 +542,79 @@ fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() 
     new_sa.close();
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// Review finding 2: a tenant registered before its port's SM moved was
+/// told the old SM LID, and one that cannot read the host's sysfs (in a
+/// container) keeps sending its path queries there: the daemon sent them to
+/// the old SM, uncached, and the tenant timed out until it reopened the
+/// device. The daemon sends a path query to an SM LID the port had before
+/// to the SM it has now, through the cache, and hands the answer back as
+/// from the LID the tenant asked (its library takes an answer only from
+/// there).
+#[test]
+fn review_p_2_a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
+    let host = Host::new(3990, SwitchConfig::default());
+    let me = LoopIdentity::from_name("loop3990").unwrap();
+    let new_sm = LoopIdentity::from_name("loop3992").unwrap();
+    let root = std::env::temp_dir().join(format!("ibcm-review-p-2-{}", std::process::id()));
+    let port_dir = root.join("loop3990/ports/1");
+    std::fs::create_dir_all(&port_dir).unwrap();
+    let write = |file: &str, text: String| {
+        std::fs::write(port_dir.join(file), format!("{text}\n")).unwrap();
+    };
+    write("state", "4: ACTIVE".into());
+    write("lid", format!("{:#x}", me.lid));
+    write("sm_lid", format!("{:#x}", host.sa_addr.dlid));
+    write("sm_sl", "0".into());
+    host.switch.read_ports_from(&host.device, &root);
+    let (tx, to_new_sa) = channel();
+    let tx = Mutex::new(tx);
+    let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
+        let _ = tx.lock().unwrap().send(*mad);
+    });
+    let new_sa = LoopTransport::open(new_sm, recv).unwrap();
+    let mut a = host.tenant();
+    write("sm_lid", format!("{:#x}", new_sm.lid));
+    assert!(host.switch.poll_ports_now(&host.device));
+    // `a` asks the SM it was told of, which is not the SM any more.
+    host.ask(&mut a, 1, 0xa1);
+    let asked = to_new_sa
+        .recv_timeout(Duration::from_secs(2))
+        .expect("the query sent to the new SM");
+    assert_eq!(host.sa_queries_left(), 0, "the old SM was asked");
+    let mut answer_mad = asked;
+    answer_mad[3] = 0x81;
+    answer_mad[DLID_AT..DLID_AT + 2].copy_from_slice(&88u16.to_be_bytes());
+    new_sa.send(1, &host.switch_addr, &answer_mad).unwrap();
+    let (got, from) = answer_from(&mut a);
+    assert_eq!(got, ok(0xa1, 88));
+    assert_eq!(from.dlid, host.sa_addr.dlid, "as from the SM it asked");
+    // Cached: asked again, by it or by a tenant that knows the new SM.
+    host.ask(&mut a, 1, 0xa2);
+    let (got, from) = answer_from(&mut a);
+    assert_eq!((got, from.dlid), (ok(0xa2, 88), host.sa_addr.dlid));
+    let to_new = MadAddr {
+        dlid: new_sm.lid,
+        dgid: new_sm.gid,
+        ..MadAddr::default()
+    };
+    host.ask_at(&mut a, &to_new, 1, 0xa3);
+    let (got, from) = answer_from(&mut a);
+    assert_eq!((got, from.dlid), (ok(0xa3, 88), new_sm.lid));
+    assert!(to_new_sa.try_recv().is_err(), "asked again");
+    assert_eq!(host.counter(SwitchCounter::PathCacheHits), 2);
+    // A LID that was never the port's SM is not redirected.
+    let elsewhere = LoopIdentity::from_name("loop3993").unwrap();
+    let to_elsewhere = MadAddr {
+        dlid: elsewhere.lid,
+        dgid: elsewhere.gid,
+        ..MadAddr::default()
+    };
+    host.ask_at(&mut a, &to_elsewhere, 1, 0xa4);
+    assert!(
+        to_new_sa.try_recv().is_err(),
+        "redirected a query to another LID"
+    );
+    new_sa.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}

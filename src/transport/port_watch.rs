@@ -66,10 +66,20 @@ struct Source {
     interval: Duration,
 }
 
+/// A port that changes this many times within [`FLAP_WINDOW`] is warned
+/// about (once a window): each change drops its cached paths, so a port
+/// that keeps changing (two SMs fighting for master, a link going down and
+/// up) defeats the path cache, and its changes are only info lines.
+const FLAP_CHANGES: u32 = 5;
+const FLAP_WINDOW: Duration = Duration::from_secs(60);
+
 /// One port's last read.
 struct Live {
     state: PortState,
     read_at: Instant,
+    /// When the current [`FLAP_WINDOW`] began, and the changes seen in it.
+    window_start: Instant,
+    window_changes: u32,
     /// A failed read was logged; the next success clears it.
     unreadable_said: bool,
     /// A read succeeded since the device opened.
@@ -148,6 +158,8 @@ impl LivePorts {
                     live: Mutex::new(Live {
                         state,
                         read_at: now,
+                        window_start: now,
+                        window_changes: 0,
                         unreadable_said: false,
                         read_once: false,
                     }),
@@ -230,7 +242,11 @@ impl LivePorts {
                 live.unreadable_said = false;
                 live.read_once = true;
                 let old = std::mem::replace(&mut live.state, new);
+                let flapping = old != new && live.count_change();
                 drop(live);
+                if flapping {
+                    say_flapping(source, port.port_num);
+                }
                 (old != new).then(|| {
                     port.changes.fetch_add(1, Ordering::Relaxed);
                     Change {
@@ -244,6 +260,29 @@ impl LivePorts {
         port.reading.store(false, Ordering::Release);
         change
     }
+}
+
+impl Live {
+    /// Counts a change in the current window: true when it is the one that
+    /// makes the port flapping (said once a window).
+    fn count_change(&mut self) -> bool {
+        let now = Instant::now();
+        if now.duration_since(self.window_start) >= FLAP_WINDOW {
+            (self.window_start, self.window_changes) = (now, 0);
+        }
+        self.window_changes += 1;
+        self.window_changes == FLAP_CHANGES
+    }
+}
+
+/// A port changed [`FLAP_CHANGES`] times within [`FLAP_WINDOW`].
+fn say_flapping(source: &Source, port_num: u8) {
+    crate::ibcm_log!(
+        Warn,
+        "{} port {port_num}: changed {FLAP_CHANGES} times in less than {} s (an SM that keeps moving, a link going down and up?): each change drops the port's cached paths",
+        source.name,
+        FLAP_WINDOW.as_secs()
+    );
 }
 
 /// A port's files could not be read (said once until they can again): a
@@ -284,7 +323,10 @@ static WATCHED: Mutex<Watched> = Mutex::new(Watched {
 
 /// Has the watcher thread poll `poller` every [`poll_interval`] from now
 /// on, until it is dropped or closed (nothing with the interval 0). The
-/// thread runs while there is something to watch.
+/// thread runs while there is something to watch. When it cannot start
+/// (`EAGAIN`), the device opens all the same (its ports are read before an
+/// SA query when their last read is stale), and the next `watch` tries
+/// again, for every poller since.
 pub fn watch(poller: Weak<dyn PortPoller>) {
     let Some(interval) = poll_interval() else {
         return;
@@ -294,23 +336,34 @@ pub fn watch(poller: Weak<dyn PortPoller>) {
     if watched.running {
         return;
     }
-    let spawned = std::thread::Builder::new()
+    match spawn(interval) {
+        Ok(()) => watched.running = true,
+        Err(e) => {
+            // Kept: a later watch whose thread starts polls them too. Those
+            // gone are dropped here, so that failures do not pile up.
+            watched.pollers.retain(|p| p.strong_count() > 0);
+            drop(watched);
+            crate::ibcm_log!(
+                Error,
+                "cannot start the port watcher thread: {e}; ports are read again only before an SA query, until a device opened later starts it"
+            );
+        }
+    }
+}
+
+/// Starts the watcher thread.
+fn spawn(interval: Duration) -> std::io::Result<()> {
+    #[cfg(test)]
+    if tests::FAIL_SPAWN.swap(false, Ordering::Relaxed) {
+        return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+    }
+    std::thread::Builder::new()
         .name("ibcm-ports".into())
         .spawn(move || {
             crate::os::sys::block_all_signals();
             run(interval);
-        });
-    match spawned {
-        Ok(_) => watched.running = true,
-        Err(e) => {
-            watched.pollers.clear();
-            drop(watched);
-            crate::ibcm_log!(
-                Error,
-                "cannot start the port watcher thread: {e}; port changes are not seen"
-            );
-        }
-    }
+        })
+        .map(drop)
 }
 
 /// The watcher thread: polls every watched poller each `interval`, and ends
@@ -342,6 +395,49 @@ mod tests {
     use crate::transport::sysfs::read_port_state;
     use std::fs;
     use std::path::Path;
+
+    /// The next start of the watcher thread fails with `EAGAIN`.
+    pub(super) static FAIL_SPAWN: AtomicBool = AtomicBool::new(false);
+
+    /// A poller that counts its polls.
+    #[derive(Default)]
+    struct Counting(AtomicU64);
+
+    impl PortPoller for Counting {
+        fn poll_ports(&self) -> bool {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+
+    fn polls(p: &Counting) -> u64 {
+        p.0.load(Ordering::Relaxed)
+    }
+
+    /// Review finding 3: a device opened when the watcher thread could not
+    /// start (`EAGAIN`) was forgotten: the next open started the thread for
+    /// its own device only, and the first one's ports were never polled.
+    #[test]
+    fn review_p_3_a_device_watched_when_the_thread_could_not_start_is_polled_once_it_does() {
+        if poll_interval().is_none() {
+            return; // IBCM_PORT_POLL_MS=0: nothing is ever polled.
+        }
+        let (first, second) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
+        FAIL_SPAWN.store(true, Ordering::Relaxed);
+        let weak = |p: &Arc<Counting>| {
+            let p: Arc<dyn PortPoller> = p.clone();
+            Arc::downgrade(&p)
+        };
+        watch(weak(&first));
+        assert!(!WATCHED.lock().running, "the thread started");
+        watch(weak(&second));
+        let start = Instant::now();
+        while polls(&second) == 0 && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(polls(&second) > 0, "the thread never polled");
+        assert!(polls(&first) > 0, "the first poller was forgotten");
+    }
 
     const ACTIVE: PortState = PortState {
         lid: 3,
