@@ -67,6 +67,9 @@ pub(super) struct DeviceShared {
 
 impl Drop for DeviceShared {
     fn drop(&mut self) {
+        if super::error::in_forked_child() {
+            return;
+        }
         // Every id of the API is destroyed by now (each holds this); ids the
         // user never saw (a REQ still queued for a gone listener) are let
         // go by close, which waits for the worker that long (2 s at most).
@@ -118,7 +121,11 @@ impl Device {
     /// `EBUSY` if it is open already (through this API or the C one),
     /// `ENODEV` for a name that is no device.
     pub fn open(name: &str) -> Result<Device> {
-        let engine = call("Device::open", || cm::open_device(name))?;
+        let engine = call("Device::open", || {
+            // From the first device on, a forked child must not use the CM.
+            crate::os::fork::register()?;
+            cm::open_device(name)
+        })?;
         Ok(Device {
             shared: Arc::new(DeviceShared {
                 engine,

@@ -127,5 +127,25 @@ fn errno_name(errno: &i32) -> String {
 /// Runs `f`, an engine call for `op`, turning a refusal into [`Error`] with
 /// its rule.
 pub(super) fn call<T>(op: &'static str, f: impl FnOnce() -> Result<T, Errno>) -> Result<T> {
+    if in_forked_child() {
+        let rule = Rule::Text("a forked child: the CM's threads are the parent's");
+        return Err(Error::refused(op, Errno(libc::EOWNERDEAD), Some(rule)));
+    }
     refusal::for_call(f).map_err(|(errno, rule)| Error::refused(op, errno, rule))
+}
+
+/// True in a child forked from a process that had opened a device (the
+/// C API's `-EOWNERDEAD` rule, `os::fork`): its worker and readers are the
+/// parent's, and a lock they held stays held. Calls fail there with
+/// `EOWNERDEAD`, waits end as closed, and drops do nothing.
+pub(super) fn in_forked_child() -> bool {
+    crate::os::fork::in_forked_child()
+}
+
+/// `ib_destroy_cm_id` for a value of the API that goes (nothing in a
+/// forked child).
+pub(super) fn destroy(id: &std::sync::Arc<crate::cm::id::CmIdPriv>) {
+    if !in_forked_child() {
+        crate::cm::destroy_id(id, 0);
+    }
 }

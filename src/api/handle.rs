@@ -36,7 +36,7 @@ pub(super) struct IdHandle {
 
 impl Drop for IdHandle {
     fn drop(&mut self) {
-        cm::destroy_id(&self.id, 0);
+        super::error::destroy(&self.id);
         // `_route` goes next: no handler of the id runs any more.
     }
 }
@@ -138,6 +138,9 @@ struct ChildRoute {
 
 impl Drop for ChildRoute {
     fn drop(&mut self) {
+        if super::error::in_forked_child() {
+            return;
+        }
         self.router.children.lock().remove(self.slot);
     }
 }

@@ -336,7 +336,7 @@ impl std::ops::Deref for HandlerId {
 
 impl Drop for HandlerId {
     fn drop(&mut self) {
-        cm::destroy_id(&self.id.id, 0);
+        super::error::destroy(&self.id.id);
     }
 }
 
@@ -377,7 +377,7 @@ pub struct HandlerListener {
 
 impl Drop for HandlerListener {
     fn drop(&mut self) {
-        cm::destroy_id(&self.id, 0);
+        super::error::destroy(&self.id);
     }
 }
 

@@ -92,7 +92,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         // Waits for a REQ handler of this listener that runs (it only
         // queues); the requests left are rejected when the queue goes.
-        cm::destroy_id(&self.id, 0);
+        super::error::destroy(&self.id);
     }
 }
 

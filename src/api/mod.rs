@@ -47,6 +47,8 @@ mod connection;
 mod device;
 mod error;
 mod event;
+#[cfg(test)]
+mod fork_tests;
 mod handle;
 pub mod handler;
 mod listener;

@@ -225,7 +225,9 @@ impl<T> Queue<T> {
             if let Some(item) = s.items.pop_front() {
                 return Popped::Item(item);
             }
-            if s.finished {
+            // In a forked child nothing more comes: the worker is the
+            // parent's.
+            if s.finished || super::error::in_forked_child() {
                 return Popped::Finished;
             }
             if worker::in_handler() || worker::on_worker() {

@@ -165,7 +165,7 @@ struct SidrId {
 
 impl Drop for SidrId {
     fn drop(&mut self) {
-        cm::destroy_id(&self.id, 0);
+        super::error::destroy(&self.id);
     }
 }
 
@@ -375,7 +375,7 @@ impl Drop for SidrListener {
     fn drop(&mut self) {
         // Waits for a handler of this listener that runs (it only queues);
         // the requests left are answered when the queue goes.
-        cm::destroy_id(&self.id, 0);
+        super::error::destroy(&self.id);
     }
 }
 

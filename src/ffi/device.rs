@@ -75,7 +75,7 @@ pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut ib_device
             .to_str()
             .map_err(|_| invalid(Rule::Text("name is not UTF-8")))?;
         // From the first device on, a forked child must not use the library.
-        super::fork::register()?;
+        crate::os::fork::register()?;
         let device = cm::open_device(name).map_err(|e| Refused {
             errno: e,
             about: super::About::Name(name.to_owned()),

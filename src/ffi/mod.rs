@@ -6,18 +6,18 @@
 //! library's tables before it is used, so NULL, stale and foreign pointers give
 //! `-EINVAL` instead of a crash; a panic never crosses into C; in a child
 //! forked from a process using the library, every call fails with
-//! `-EOWNERDEAD` (see `fork.rs`). A refused call says why in one line at
+//! `-EOWNERDEAD` (see `os/fork.rs`). A refused call says why in one line at
 //! `info` (see `ffi/api.rs` and [`crate::refusal`]).
 
 mod api;
 mod device;
 mod event;
-pub(crate) mod fork;
 mod path;
 mod sa;
 #[cfg(test)]
 mod tests;
 
+use crate::os::fork;
 use std::ffi::c_void;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -121,7 +121,10 @@ impl Device {
     /// device to finish.
     pub fn open(name: &str) -> Result<(Device, Driver)> {
         let op = "aio::Device::open";
-        let engine = call(op, || cm::open_device(name))?;
+        let engine = call(op, || {
+            crate::os::fork::register()?;
+            cm::open_device(name)
+        })?;
         // Closes the device again if a step below fails.
         let mut shared = DeviceShared {
             engine,

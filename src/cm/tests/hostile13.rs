@@ -91,7 +91,7 @@ fn hostile13_process_events_from_an_sa_callback_does_not_stall_the_worker() {
 }
 
 /// Every entry point fails with `-EOWNERDEAD` in a child forked from a
-/// process that opened a device (src/ffi/fork.rs), and only
+/// process that opened a device (src/os/fork.rs), and only
 /// ibcm_set_event_mode(3) lists it, "see ib_cm(7)"; ib_cm(7) said nothing
 /// of fork or EOWNERDEAD, so the other 32 pages' callers had no word of it.
 #[test]

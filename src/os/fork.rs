@@ -52,3 +52,30 @@ pub fn register() -> CmResult {
     REGISTERED.store(true, Ordering::Release);
     Ok(())
 }
+
+/// Runs `child` in a forked child of this process and returns its exit
+/// code (tests: what the library does in a forked child). The child ends
+/// with `_exit`, running no destructor and no atexit handler of the
+/// parent's.
+#[cfg(test)]
+pub(crate) fn exit_code_of_child(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: fork() in a multithreaded process: the child runs only
+    // `child` (a test's, which uses the library's forked-child paths that
+    // take no lock) and then _exit(2)s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = child();
+        // SAFETY: ends the child at once, as a forked child must.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked; `status` is a valid pointer.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid, "waitpid");
+    assert!(
+        libc::WIFEXITED(status),
+        "the child did not exit: {status:#x}"
+    );
+    libc::WEXITSTATUS(status)
+}
