@@ -9,6 +9,7 @@ use super::handle::IdHandle;
 use super::handler::{self, Handler, HandlerId, HandlerListener};
 use super::listener::Listener;
 use super::params::ConnectRequest;
+use super::path_query::PathQuery;
 use super::sidr::{OutgoingSidrRequest, SidrListener, SidrReply, SidrRequest};
 use super::types::{Gid, Path};
 use crate::cm::{self, worker};
@@ -162,6 +163,23 @@ impl Device {
     pub fn path_to(&self, port_num: u8, dgid: Gid) -> Result<Path> {
         call("Device::path_to", || {
             self.shared.engine.init_path(port_num, &dgid.0).map(Path)
+        })
+    }
+
+    /// Asks the SA of port `port_num`'s subnet for a path (one
+    /// SubnAdmGet(PathRecord), `ib_sa_path_rec_get`'s kernel meaning: never
+    /// from the path cache), waiting for the answer (4 tries of 500 ms):
+    /// `EAGAIN` while the port knows no SM (a RoCE port has no SA),
+    /// `ETIMEDOUT` when the SA never answers, `EINVAL` for an SA's error
+    /// status (no such path; Busy after its retries).
+    pub fn query_path(&self, port_num: u8, query: &PathQuery) -> Result<Path> {
+        call("Device::query_path", || {
+            let engine = &self.shared.engine;
+            let port = engine.port(port_num)?;
+            engine
+                .query_path(port, &query.inner)
+                .map(Path)
+                .map_err(crate::sa::kernel_errno)
         })
     }
 

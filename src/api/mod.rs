@@ -53,6 +53,9 @@ mod handle;
 pub mod handler;
 mod listener;
 mod params;
+mod path_query;
+#[cfg(test)]
+mod path_query_tests;
 mod qp;
 mod queue;
 #[cfg(feature = "sideway")]
@@ -66,6 +69,7 @@ pub use error::{Error, Result};
 pub use event::{Event, RepInfo, ReqInfo};
 pub use listener::{IncomingRequest, Listener, SentReply};
 pub use params::{ConnectRequest, ConnectRequestBuilder, Reply};
+pub use path_query::PathQuery;
 pub use qp::{AddressVector, AlternatePath, QpAttributes, QpState};
 pub use sidr::{
     IncomingSidrRequest, OutgoingSidrRequest, SidrListener, SidrReply, SidrReplyParams,

@@ -35,7 +35,7 @@ const QUICK: Timing = Timing {
 
 /// What the fake SA answers.
 #[derive(Clone, Copy)]
-pub(super) enum Answer {
+pub(crate) enum Answer {
     /// The queried record with `dlid` and `slid` filled in.
     Record,
     /// The queried record with the number of the query (from 1) as `dlid`:
@@ -60,13 +60,13 @@ struct Script {
 const STATUS_BUSY: u16 = 0x0001;
 
 /// A fake SA at the SM LID, answering every SubnAdmGet(PathRecord).
-pub(super) struct FakeSa {
+pub(crate) struct FakeSa {
     transport: Arc<LoopTransport>,
     script: Arc<Script>,
 }
 
 impl FakeSa {
-    pub(super) fn open(answer: Answer) -> Self {
+    pub(crate) fn open(answer: Answer) -> Self {
         Self::scripted(answer, 0, None)
     }
 
@@ -126,7 +126,7 @@ impl FakeSa {
     }
 
     /// How many PathRecord queries reached this SA.
-    pub(super) fn queries(&self) -> u64 {
+    pub(crate) fn queries(&self) -> u64 {
         self.script.queries.load(Ordering::SeqCst)
     }
 }
