@@ -311,15 +311,27 @@ pub trait PortPoller: Send + Sync {
     fn poll_ports(&self) -> bool;
 }
 
+/// What a watcher thread polls (the process's: [`WATCHED`]; a test's own).
 struct Watched {
     pollers: Vec<Weak<dyn PortPoller>>,
     running: bool,
+    /// Tests: the next start of the thread fails with `EAGAIN`.
+    #[cfg(test)]
+    fail_next_spawn: bool,
 }
 
-static WATCHED: Mutex<Watched> = Mutex::new(Watched {
-    pollers: Vec::new(),
-    running: false,
-});
+impl Watched {
+    const fn new() -> Self {
+        Watched {
+            pollers: Vec::new(),
+            running: false,
+            #[cfg(test)]
+            fail_next_spawn: false,
+        }
+    }
+}
+
+static WATCHED: Mutex<Watched> = Mutex::new(Watched::new());
 
 /// Has the watcher thread poll `poller` every [`poll_interval`] from now
 /// on, until it is dropped or closed (nothing with the interval 0). The
@@ -328,15 +340,24 @@ static WATCHED: Mutex<Watched> = Mutex::new(Watched {
 /// SA query when their last read is stale), and the next `watch` tries
 /// again, for every poller since.
 pub fn watch(poller: Weak<dyn PortPoller>) {
+    watch_in(&WATCHED, poller);
+}
+
+/// [`watch`] with the pollers of `set`.
+fn watch_in(set: &'static Mutex<Watched>, poller: Weak<dyn PortPoller>) {
     let Some(interval) = poll_interval() else {
         return;
     };
-    let mut watched = WATCHED.lock();
+    let mut watched = set.lock();
     watched.pollers.push(poller);
     if watched.running {
         return;
     }
-    match spawn(interval) {
+    #[cfg(test)]
+    let fail = std::mem::take(&mut watched.fail_next_spawn);
+    #[cfg(not(test))]
+    let fail = false;
+    match spawn(set, interval, fail) {
         Ok(()) => watched.running = true,
         Err(e) => {
             // Kept: a later watch whose thread starts polls them too. Those
@@ -351,28 +372,27 @@ pub fn watch(poller: Weak<dyn PortPoller>) {
     }
 }
 
-/// Starts the watcher thread.
-fn spawn(interval: Duration) -> std::io::Result<()> {
-    #[cfg(test)]
-    if tests::FAIL_SPAWN.swap(false, Ordering::Relaxed) {
+/// Starts the watcher thread of `set` (`fail`: as if it could not, tests).
+fn spawn(set: &'static Mutex<Watched>, interval: Duration, fail: bool) -> std::io::Result<()> {
+    if fail {
         return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
     }
     std::thread::Builder::new()
         .name("ibcm-ports".into())
         .spawn(move || {
             crate::os::sys::block_all_signals();
-            run(interval);
+            run(set, interval);
         })
         .map(drop)
 }
 
 /// The watcher thread: polls every watched poller each `interval`, and ends
 /// when none is left (the next `watch` starts it again).
-fn run(interval: Duration) {
+fn run(set: &'static Mutex<Watched>, interval: Duration) {
     loop {
         std::thread::sleep(interval);
         let pollers: Vec<Arc<dyn PortPoller>> = {
-            let mut watched = WATCHED.lock();
+            let mut watched = set.lock();
             watched.pollers.retain(|p| p.strong_count() > 0);
             if watched.pollers.is_empty() {
                 watched.running = false;
@@ -383,7 +403,7 @@ fn run(interval: Duration) {
         for poller in pollers {
             if !poller.poll_ports() {
                 let gone = Arc::downgrade(&poller);
-                WATCHED.lock().pollers.retain(|p| !p.ptr_eq(&gone));
+                set.lock().pollers.retain(|p| !p.ptr_eq(&gone));
             }
         }
     }
@@ -395,9 +415,6 @@ mod tests {
     use crate::transport::sysfs::read_port_state;
     use std::fs;
     use std::path::Path;
-
-    /// The next start of the watcher thread fails with `EAGAIN`.
-    pub(super) static FAIL_SPAWN: AtomicBool = AtomicBool::new(false);
 
     /// A poller that counts its polls.
     #[derive(Default)]
@@ -422,15 +439,18 @@ mod tests {
         if poll_interval().is_none() {
             return; // IBCM_PORT_POLL_MS=0: nothing is ever polled.
         }
+        // A set of this test's own: the process's may have a thread
+        // running for another test's device.
+        static SET: Mutex<Watched> = Mutex::new(Watched::new());
         let (first, second) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
-        FAIL_SPAWN.store(true, Ordering::Relaxed);
+        SET.lock().fail_next_spawn = true;
         let weak = |p: &Arc<Counting>| {
             let p: Arc<dyn PortPoller> = p.clone();
             Arc::downgrade(&p)
         };
-        watch(weak(&first));
-        assert!(!WATCHED.lock().running, "the thread started");
-        watch(weak(&second));
+        watch_in(&SET, weak(&first));
+        assert!(!SET.lock().running, "the thread started");
+        watch_in(&SET, weak(&second));
         let start = Instant::now();
         while polls(&second) == 0 && start.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(10));
