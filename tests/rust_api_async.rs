@@ -11,24 +11,15 @@ mod rust_api_support;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use ib_cm::aio::{Device, Listener};
 use ib_cm::{ConnectRequest, Error, Event, RejectReason, Reply, State};
-use rust_api_support::{WAIT, next_qpn, pattern};
+use rust_api_support::{WAIT, async_devices, next_qpn, pattern};
 
 const SERVICE_ID: u64 = 0x7a7a;
-
-/// Two loop devices of the async API, names no other test here uses.
-fn devices() -> (Device, Device) {
-    static NEXT: AtomicU32 = AtomicU32::new(40);
-    let n = NEXT.fetch_add(2, Ordering::Relaxed);
-    let a = Device::open_tokio(&format!("loop{n}")).unwrap();
-    let b = Device::open_tokio(&format!("loop{}", n + 1)).unwrap();
-    (a, b)
-}
 
 /// A REQ from `a` to `b`'s listener, with `data` and the C suite's default
 /// timeouts (a DREQ resent every 18 ms, timewait 128 ms).
@@ -70,7 +61,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 /// devices' events run on this thread, in their drivers' tasks.
 #[tokio::test(flavor = "current_thread")]
 async fn async_connect_accept_disconnect_with_private_data_on_one_thread() {
-    let (a, b) = devices();
+    let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let (req_data, rep_data, rtu_data) = (pattern(92, 1), pattern(196, 2), pattern(224, 3));
     let (dreq_data, drep_data) = (pattern(220, 4), pattern(224, 5));
@@ -117,7 +108,7 @@ async fn async_connect_accept_disconnect_with_private_data_on_one_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_many_concurrent_connections() {
     const N: usize = 200;
-    let (a, b) = devices();
+    let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let server = tokio::spawn(async move {
         let mut tasks = tokio::task::JoinSet::new();
@@ -164,7 +155,7 @@ async fn async_many_concurrent_connections() {
 /// it waits loses nothing: the event comes to the next call.
 #[tokio::test(flavor = "current_thread")]
 async fn async_dropped_futures_cancel_or_keep() {
-    let (a, b) = devices();
+    let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
 
     // Connect, dropped after its REQ went: the REQ's id is destroyed.
@@ -241,7 +232,7 @@ impl Wake for Flag {
 /// the request for the next accept.
 #[tokio::test(flavor = "current_thread")]
 async fn async_accept_dropped_after_the_request_came_loses_nothing() {
-    let (a, b) = devices();
+    let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     {
         let accept = pin!(listener.accept());
@@ -279,7 +270,7 @@ async fn accept_now(listener: &Listener) -> ib_cm::aio::IncomingRequest {
 /// it, and the device closes.
 #[tokio::test(flavor = "current_thread")]
 async fn async_drop_does_not_wait_for_the_peer() {
-    let (a, b) = devices();
+    let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let (a_conn, _b_conn) = bounded("connect", async {
         tokio::join!(
@@ -314,7 +305,7 @@ fn async_open_tokio_outside_a_runtime_is_refused() {
 /// An id created ahead (IDLE, nothing sent) connects when its REQ goes.
 #[tokio::test(flavor = "current_thread")]
 async fn async_created_id_requests_later() {
-    let (a, b) = devices();
+    let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let id = a.create_id().unwrap();
     assert_eq!(id.state(), State::Idle);

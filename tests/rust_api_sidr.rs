@@ -374,37 +374,19 @@ fn received_reply_sends_an_mra_the_peer_sees() {
 
 #[cfg(feature = "tokio")]
 mod asynchronous {
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
-    use ib_cm::aio::Device;
     use ib_cm::{SidrReplyParams, SidrRequest, SidrStatus};
 
     use super::{SIDR_SERVICE_ID, WAIT, pattern};
-
-    /// Two loop devices of the async API, names no other test here uses.
-    fn devices() -> (Device, Device) {
-        static NEXT: AtomicU32 = AtomicU32::new(200);
-        let n = NEXT.fetch_add(2, Ordering::Relaxed);
-        let a = Device::open_tokio(&format!("loop{n}")).unwrap();
-        let b = Device::open_tokio(&format!("loop{}", n + 1)).unwrap();
-        (a, b)
-    }
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .unwrap()
-    }
+    use crate::rust_api_support::{async_devices, runtime};
 
     /// Request and reply on one current-thread runtime, every byte checked;
     /// then a request dropped unanswered is answered `IB_SIDR_REJECT`.
     #[test]
     fn async_request_and_reply() {
         runtime().block_on(async {
-            let (a, b) = devices();
+            let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
             let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
             let request = SidrRequest::builder(path, SIDR_SERVICE_ID)
@@ -446,7 +428,7 @@ mod asynchronous {
     #[test]
     fn async_dropped_request_future_is_not_resent() {
         runtime().block_on(async {
-            let (a, b) = devices();
+            let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
             b.drop_next_sent(super::ATTR_SIDR_REP, 100).unwrap();
             let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
@@ -477,7 +459,7 @@ mod asynchronous {
     #[test]
     fn async_accept_is_cancel_safe() {
         runtime().block_on(async {
-            let (a, b) = devices();
+            let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
             let nothing =
                 tokio::time::timeout(std::time::Duration::from_millis(20), listener.accept()).await;

@@ -488,7 +488,6 @@ fn review_s_16_an_assigned_service_id_serves_sidr() {
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use std::future::Future;
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::task::{Context, Waker};
     use std::time::Duration;
 
@@ -496,22 +495,7 @@ mod asynchronous {
     use ib_cm::{SidrReplyParams, SidrRequest, SidrStatus};
 
     use super::{SIDR_SERVICE_ID, WAIT};
-
-    fn devices() -> (Device, Device) {
-        static NEXT: AtomicU32 = AtomicU32::new(200);
-        let n = NEXT.fetch_add(2, Ordering::Relaxed);
-        let a = Device::open_tokio(&format!("loop{n}")).unwrap();
-        let b = Device::open_tokio(&format!("loop{}", n + 1)).unwrap();
-        (a, b)
-    }
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .unwrap()
-    }
+    use crate::rust_api_support::{async_devices, runtime};
 
     fn request(a: &Device, b: &Device) -> SidrRequest {
         let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
@@ -527,7 +511,7 @@ mod asynchronous {
     #[test]
     fn review_s_10_an_accept_woken_then_dropped_loses_nothing() {
         runtime().block_on(async {
-            let (a, b) = devices();
+            let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
             let mut cx = Context::from_waker(Waker::noop());
             let mut first = Box::pin(listener.accept());
@@ -559,7 +543,7 @@ mod asynchronous {
     #[test]
     fn review_s_11_a_wait_dropped_after_its_reply_came() {
         runtime().block_on(async {
-            let (a, b) = devices();
+            let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
             let mut cx = Context::from_waker(Waker::noop());
             let pending = a.send_sidr_request(request(&a, &b)).unwrap();

@@ -465,6 +465,73 @@ fn a_new_asker_of_a_query_unanswered_for_a_while_sends_it_again() {
     assert_eq!(answer(&mut b), ok(0xb2, 4));
 }
 
+/// A served port whose SM moves: its sysfs files under a directory of the
+/// test's own (read by the daemon as the host's), the SM it has at first
+/// being the host's fake SA, and a second SA at `loop{base+2}` that
+/// becomes its SM with [`MovingSm::move_sm`].
+struct MovingSm {
+    root: std::path::PathBuf,
+    port_dir: std::path::PathBuf,
+    new_sm: LoopIdentity,
+    /// What the second SA received.
+    to_new_sa: Receiver<Mad>,
+    new_sa: Arc<LoopTransport>,
+}
+
+impl MovingSm {
+    fn new(host: &Host, base: u32, dir: &str) -> MovingSm {
+        let me = LoopIdentity::from_name(&format!("loop{base}")).unwrap();
+        let new_sm = LoopIdentity::from_name(&format!("loop{}", base + 2)).unwrap();
+        let root = std::env::temp_dir().join(format!("{dir}-{}", std::process::id()));
+        let port_dir = root.join(format!("loop{base}/ports/1"));
+        std::fs::create_dir_all(&port_dir).unwrap();
+        let (tx, to_new_sa) = channel();
+        let tx = Mutex::new(tx);
+        let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
+            let _ = tx.lock().unwrap().send(*mad);
+        });
+        let new_sa = LoopTransport::open(new_sm, recv).unwrap();
+        let moving = MovingSm {
+            root,
+            port_dir,
+            new_sm,
+            to_new_sa,
+            new_sa,
+        };
+        moving.write("state", "4: ACTIVE");
+        moving.write("lid", &format!("{:#x}", me.lid));
+        moving.write("sm_lid", &format!("{:#x}", host.sa_addr.dlid));
+        moving.write("sm_sl", "0");
+        host.switch.read_ports_from(&host.device, &moving.root);
+        moving
+    }
+
+    fn write(&self, file: &str, text: &str) {
+        std::fs::write(self.port_dir.join(file), format!("{text}\n")).unwrap();
+    }
+
+    /// The port's SM is now the second SA (the daemon sees it at its next
+    /// poll).
+    fn move_sm(&self) {
+        self.write("sm_lid", &format!("{:#x}", self.new_sm.lid));
+    }
+
+    /// The second SA answers query `asked` with a path to `dlid`.
+    fn answer(&self, host: &Host, asked: Mad, dlid: u16) {
+        let mut answer_mad = asked;
+        answer_mad[3] = 0x81;
+        answer_mad[DLID_AT..DLID_AT + 2].copy_from_slice(&dlid.to_be_bytes());
+        self.new_sa.send(1, &host.switch_addr, &answer_mad).unwrap();
+    }
+}
+
+impl Drop for MovingSm {
+    fn drop(&mut self) {
+        self.new_sa.close();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
 /// The SM of the served port moves (its files, as sysfs lays them out,
 /// say a new SM LID): the host's answers of that port go, a process that
 /// registers now learns the new SM, and what is asked of the new SM is
@@ -472,25 +539,8 @@ fn a_new_asker_of_a_query_unanswered_for_a_while_sends_it_again() {
 #[test]
 fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() {
     let host = Host::new(3980, SwitchConfig::default());
-    let me = LoopIdentity::from_name("loop3980").unwrap();
-    let new_sm = LoopIdentity::from_name("loop3982").unwrap();
-    let root = std::env::temp_dir().join(format!("ibcm-ibcmd-ports-{}", std::process::id()));
-    let port_dir = root.join("loop3980/ports/1");
-    std::fs::create_dir_all(&port_dir).unwrap();
-    let write = |file: &str, text: String| {
-        std::fs::write(port_dir.join(file), format!("{text}\n")).unwrap();
-    };
-    write("state", "4: ACTIVE".into());
-    write("lid", format!("{:#x}", me.lid));
-    write("sm_lid", format!("{:#x}", host.sa_addr.dlid));
-    write("sm_sl", "0".into());
-    host.switch.read_ports_from(&host.device, &root);
-    let (tx, to_new_sa) = channel();
-    let tx = Mutex::new(tx);
-    let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
-        let _ = tx.lock().unwrap().send(*mad);
-    });
-    let new_sa = LoopTransport::open(new_sm, recv).unwrap();
+    let moving = MovingSm::new(&host, 3980, "ibcm-ibcmd-ports");
+    let (new_sm, to_new_sa) = (moving.new_sm, &moving.to_new_sa);
     let mut a = host.tenant();
     host.ask(&mut a, 1, 0xa1);
     let asked = host.sa_got();
@@ -505,7 +555,7 @@ fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() 
     );
     assert_eq!(host.counter(SwitchCounter::PortChanges), 0);
 
-    write("sm_lid", format!("{:#x}", new_sm.lid));
+    moving.move_sm();
     assert!(host.switch.poll_ports_now(&host.device));
     assert_eq!(host.counter(SwitchCounter::PortChanges), 1);
     assert_eq!(host.counter(SwitchCounter::PathCacheInvalidations), 1);
@@ -530,17 +580,12 @@ fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() 
     b.sync();
     let asked = to_new_sa.recv_timeout(WAIT).expect("a query at the new SA");
     assert_eq!(host.sa_queries_left(), 0, "the old SM was asked");
-    let mut answer_mad = asked;
-    answer_mad[3] = 0x81;
-    answer_mad[DLID_AT..DLID_AT + 2].copy_from_slice(&88u16.to_be_bytes());
-    new_sa.send(1, &host.switch_addr, &answer_mad).unwrap();
+    moving.answer(&host, asked, 88);
     assert_eq!(answer(&mut b), ok(0xb1, 88));
     host.ask_at(&mut a, &to_new, 1, 0xa3);
     assert_eq!(answer(&mut a), ok(0xa3, 88), "the new SM's answer, cached");
     assert!(to_new_sa.try_recv().is_err(), "asked again");
     assert_eq!(host.counter(SwitchCounter::PortChanges), 1);
-    new_sa.close();
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Review finding 2: a tenant registered before its port's SM moved was
@@ -554,27 +599,10 @@ fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() 
 #[test]
 fn review_p_2_a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
     let host = Host::new(3990, SwitchConfig::default());
-    let me = LoopIdentity::from_name("loop3990").unwrap();
-    let new_sm = LoopIdentity::from_name("loop3992").unwrap();
-    let root = std::env::temp_dir().join(format!("ibcm-review-p-2-{}", std::process::id()));
-    let port_dir = root.join("loop3990/ports/1");
-    std::fs::create_dir_all(&port_dir).unwrap();
-    let write = |file: &str, text: String| {
-        std::fs::write(port_dir.join(file), format!("{text}\n")).unwrap();
-    };
-    write("state", "4: ACTIVE".into());
-    write("lid", format!("{:#x}", me.lid));
-    write("sm_lid", format!("{:#x}", host.sa_addr.dlid));
-    write("sm_sl", "0".into());
-    host.switch.read_ports_from(&host.device, &root);
-    let (tx, to_new_sa) = channel();
-    let tx = Mutex::new(tx);
-    let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
-        let _ = tx.lock().unwrap().send(*mad);
-    });
-    let new_sa = LoopTransport::open(new_sm, recv).unwrap();
+    let moving = MovingSm::new(&host, 3990, "ibcm-review-p-2");
+    let (new_sm, to_new_sa) = (moving.new_sm, &moving.to_new_sa);
     let mut a = host.tenant();
-    write("sm_lid", format!("{:#x}", new_sm.lid));
+    moving.move_sm();
     assert!(host.switch.poll_ports_now(&host.device));
     // `a` asks the SM it was told of, which is not the SM any more.
     host.ask(&mut a, 1, 0xa1);
@@ -582,10 +610,7 @@ fn review_p_2_a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
         .recv_timeout(Duration::from_secs(2))
         .expect("the query sent to the new SM");
     assert_eq!(host.sa_queries_left(), 0, "the old SM was asked");
-    let mut answer_mad = asked;
-    answer_mad[3] = 0x81;
-    answer_mad[DLID_AT..DLID_AT + 2].copy_from_slice(&88u16.to_be_bytes());
-    new_sa.send(1, &host.switch_addr, &answer_mad).unwrap();
+    moving.answer(&host, asked, 88);
     let (got, from) = answer_from(&mut a);
     assert_eq!(got, ok(0xa1, 88));
     assert_eq!(from.dlid, host.sa_addr.dlid, "as from the SM it asked");
@@ -615,6 +640,4 @@ fn review_p_2_a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
         to_new_sa.try_recv().is_err(),
         "redirected a query to another LID"
     );
-    new_sa.close();
-    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -20,13 +20,36 @@ pub const ATTR_RTU: u16 = 0x0014;
 pub const ATTR_DREQ: u16 = 0x0015;
 pub const ATTR_DREP: u16 = 0x0016;
 
-/// Two loop devices with names no other test of this process uses.
-pub fn devices() -> (Device, Device) {
+/// The names of two loop devices no other test of this process uses.
+fn pair_names() -> (String, String) {
     static NEXT: AtomicU32 = AtomicU32::new(10);
     let n = NEXT.fetch_add(2, Ordering::Relaxed);
-    let a = Device::open(&format!("loop{n}")).unwrap();
-    let b = Device::open(&format!("loop{}", n + 1)).unwrap();
-    (a, b)
+    (format!("loop{n}"), format!("loop{}", n + 1))
+}
+
+/// Two loop devices with names no other test of this process uses.
+pub fn devices() -> (Device, Device) {
+    let (a, b) = pair_names();
+    (Device::open(&a).unwrap(), Device::open(&b).unwrap())
+}
+
+/// Two loop devices of the async API (their drivers on tokio), with names
+/// no other test of this process uses; call it inside a runtime.
+#[cfg(feature = "tokio")]
+pub fn async_devices() -> (ib_cm::aio::Device, ib_cm::aio::Device) {
+    let (a, b) = pair_names();
+    let open = |name: &str| ib_cm::aio::Device::open_tokio(name).unwrap();
+    (open(&a), open(&b))
+}
+
+/// A current-thread tokio runtime with IO and timers.
+#[cfg(feature = "tokio")]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap()
 }
 
 /// A QP number no other connection of this process uses.

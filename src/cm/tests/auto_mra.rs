@@ -19,21 +19,26 @@ use crate::cm::{prepare_mra, send_mra, send_rej, send_rep, send_req, send_rtu};
 use crate::log::capture::Capture;
 use crate::wire::{Mra, MsgResponse, Req, attr, parse_header};
 
-fn counters(device: &Device) -> Snapshot {
+pub(super) fn counters(device: &Device) -> Snapshot {
     device.counters(1).unwrap().snapshot()
 }
 
-fn of(attr_id: u16) -> usize {
+pub(super) fn of(attr_id: u16) -> usize {
     attr_index(attr_id).unwrap()
 }
 
 /// A REQ whose sender gives up soon: 128 ms response timeouts both ways,
 /// two retries.
 fn impatient(pair: &Pair) -> ReqParams {
+    impatient_with(pair, 2)
+}
+
+/// A REQ with 128 ms response timeouts both ways and `max_cm_retries`.
+pub(super) fn impatient_with(pair: &Pair, max_cm_retries: u8) -> ReqParams {
     ReqParams {
         remote_cm_response_timeout: 15,
         local_cm_response_timeout: 15,
-        max_cm_retries: 2,
+        max_cm_retries,
         ..pair.req_params()
     }
 }
@@ -290,11 +295,7 @@ fn auto_mra_answers_a_flood_of_duplicate_reqs_one_for_one() {
         max_cm_retries: 15,
         ..Req::default()
     };
-    req.primary_path.local_gid = raw.me.gid;
-    req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
-    req.primary_path.local_lid = raw.me.lid;
-    req.primary_path.remote_lid = pair.b.ports[0].lid;
-    req.primary_path.subnet_local = true;
+    raw.address_req(&mut req, &pair.b);
     let mad = req.encode(0x77);
     let sent = Instant::now();
     raw.send_to(&pair.b, &mad);

@@ -4,29 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::auto_mra::{counters, impatient_with, of};
 use super::*;
-use crate::cm::counters::{Snapshot, attr_index};
 use crate::cm::mra::AUTO_MRA_DEFAULT;
 use crate::cm::send_req;
 use crate::wire::{Mra, Rep, Req, attr, parse_header};
 
-fn counters(device: &Device) -> Snapshot {
-    device.counters(1).unwrap().snapshot()
-}
-
-fn of(attr_id: u16) -> usize {
-    attr_index(attr_id).unwrap()
-}
-
 /// A REQ whose sender resends it soon: 128 ms response timeouts both ways
 /// (a retransmission is one from 64 ms on), many retries.
 fn impatient(pair: &Pair) -> ReqParams {
-    ReqParams {
-        remote_cm_response_timeout: 15,
-        local_cm_response_timeout: 15,
-        max_cm_retries: 15,
-        ..pair.req_params()
-    }
+    impatient_with(pair, 15)
 }
 
 /// Past half of [`impatient`]'s 128 ms: a duplicate now is a retransmission.
@@ -85,11 +72,7 @@ fn review_m_1_a_duplicate_req_from_another_address_gets_no_mra() {
         max_cm_retries: 15,
         ..Req::default()
     };
-    copy.primary_path.local_gid = third.me.gid;
-    copy.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
-    copy.primary_path.local_lid = third.me.lid;
-    copy.primary_path.remote_lid = pair.b.ports[0].lid;
-    copy.primary_path.subnet_local = true;
+    third.address_req(&mut copy, &pair.b);
     let dups = counters(&pair.b).rx_duplicates[of(attr::REQ)];
     third.send_to(&pair.b, &copy.encode(0x3d));
     wait_until("B took the third host's copy as a duplicate", || {
@@ -245,11 +228,7 @@ fn raw_req(pair: &Pair, raw: &Raw, comm_id: u32, timeout: u8) -> Mad {
         max_cm_retries: 15,
         ..Req::default()
     };
-    req.primary_path.local_gid = raw.me.gid;
-    req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
-    req.primary_path.local_lid = raw.me.lid;
-    req.primary_path.remote_lid = pair.b.ports[0].lid;
-    req.primary_path.subnet_local = true;
+    raw.address_req(&mut req, &pair.b);
     req.encode(0x51)
 }
 

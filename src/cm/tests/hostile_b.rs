@@ -50,11 +50,7 @@ fn hostile_req_with_pkey_not_on_the_port_is_rejected_invalid_gid() {
         max_cm_retries: 3,
         ..Req::default()
     };
-    req.primary_path.local_gid = raw.me.gid;
-    req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
-    req.primary_path.local_lid = raw.me.lid;
-    req.primary_path.remote_lid = pair.b.ports[0].lid;
-    req.primary_path.subnet_local = true;
+    raw.address_req(&mut req, &pair.b);
     raw.send_to(&pair.b, &req.encode(7));
     let answer = raw.wait_for(1);
     let (hdr, _) = parse_header(&answer).unwrap();
@@ -344,11 +340,7 @@ fn hostile_backlog_counts_delivered_requests_unlike_ucma() {
             max_cm_retries: 3,
             ..Req::default()
         };
-        req.primary_path.local_gid = raw.me.gid;
-        req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
-        req.primary_path.local_lid = raw.me.lid;
-        req.primary_path.remote_lid = pair.b.ports[0].lid;
-        req.primary_path.subnet_local = true;
+        raw.address_req(&mut req, &pair.b);
         req.encode(u64::from(i))
     };
     let n = LISTEN_BACKLOG as u32 + 1;
@@ -413,11 +405,7 @@ fn req_received_bth_pkey_is_the_packets_not_the_reqs() {
         max_cm_retries: 3,
         ..Req::default()
     };
-    req.primary_path.local_gid = raw.me.gid;
-    req.primary_path.remote_gid = pair.b.ports[0].gids[0].gid;
-    req.primary_path.local_lid = raw.me.lid;
-    req.primary_path.remote_lid = pair.b.ports[0].lid;
-    req.primary_path.subnet_local = true;
+    raw.address_req(&mut req, &pair.b);
     raw.send_to(&pair.b, &req.encode(7));
     pair.rec.wait(None, IB_CM_REQ_RECEIVED);
     assert_eq!(*seen.lock(), Some(0xffff), "the packet's P_Key");

@@ -418,6 +418,17 @@ impl Raw {
         self.transport.send(1, &addr, mad).unwrap();
     }
 
+    /// Makes `req`'s primary path the one from this port to `device`'s
+    /// (same subnet), as a peer's CM would fill it in.
+    pub fn address_req(&self, req: &mut crate::wire::Req, device: &Device) {
+        let path = &mut req.primary_path;
+        path.local_gid = self.me.gid;
+        path.remote_gid = device.ports[0].gids[0].gid;
+        path.local_lid = self.me.lid;
+        path.remote_lid = device.ports[0].lid;
+        path.subnet_local = true;
+    }
+
     /// Waits for the `n`th MAD (1-based) to come back.
     pub fn wait_for(&self, n: usize) -> Mad {
         let deadline = Instant::now() + WAIT;
