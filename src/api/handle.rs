@@ -192,10 +192,7 @@ impl Router {
         else {
             return -libc::ECONNREFUSED;
         };
-        if requests.len() >= LISTEN_BACKLOG {
-            if let Ok(counters) = id.device.counters(r.port) {
-                counters.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
-            }
+        if backlog_full(requests.len(), id, r.port) {
             return -libc::ENOMEM;
         }
         let events: Arc<Queue<Event>> = Arc::default();
@@ -228,14 +225,24 @@ impl Router {
         else {
             return -libc::ECONNREFUSED;
         };
-        if requests.len() >= LISTEN_BACKLOG {
-            if let Ok(counters) = id.device.counters(r.port) {
-                counters.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
-            }
+        if backlog_full(requests.len(), id, r.port) {
             return -libc::ENOMEM;
         }
         let request = IncomingSidrRequest::new(id.clone(), device, ev, r);
         requests.push(request, false);
         0
     }
+}
+
+/// Whether a listener's queue already holds [`LISTEN_BACKLOG`] requests
+/// nobody took: the caller then refuses the new one with `-ENOMEM`, and
+/// it is counted as the engine's own listen overflow is.
+fn backlog_full(queued: usize, id: &CmIdPriv, port: u8) -> bool {
+    if queued < LISTEN_BACKLOG {
+        return false;
+    }
+    if let Ok(counters) = id.device.counters(port) {
+        counters.rx_listen_overflows.fetch_add(1, Ordering::Relaxed);
+    }
+    true
 }
