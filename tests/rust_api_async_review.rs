@@ -333,3 +333,319 @@ async fn review_a_8_accept_ends_with_the_dreq_that_came_before_the_rtu() {
     ));
     assert_eq!(bounded("A's timewait", a_conn.wait_closed()).await.unwrap(), vec![]);
 }
+
+/// Attacks a runtime dropped while its tasks wait: a connect waiting for
+/// its REP, a connection waiting for its next event, a listener waiting
+/// for a request, and the driver. Shutting the runtime down drops them
+/// all, and each must do at once what destroying its id does (the peer,
+/// a blocking device, sees the REJ and the DREQ); then the device is
+/// closed (its name opens again).
+#[test]
+fn review_a_9_runtime_dropped_under_pending_futures() {
+    let (a_blocking, b) = rust_api_support::devices();
+    let a_name = a_blocking.name().to_owned();
+    drop(a_blocking);
+    let listener = b.listen(SERVICE_ID).unwrap();
+    let rt = runtime();
+    let a = {
+        let _in = rt.enter();
+        Device::open_tokio(&a_name).unwrap()
+    };
+    let req = |data: &[u8]| {
+        let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
+        ConnectRequest::builder(path, SERVICE_ID, next_qpn())
+            .private_data(data)
+            .build()
+    };
+
+    // One connection, established.
+    let (a_conn, mut b_conn) = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let incoming = listener.accept_timeout(WAIT).unwrap();
+            incoming.accept(Reply::new(0x45)).unwrap()
+        });
+        let a_conn = rt.block_on(bounded("connect", a.connect(req(b"one")))).unwrap();
+        (a_conn, server.join().unwrap())
+    });
+
+    // Tasks that wait: the connection's next event, a connect nobody
+    // answers yet, an accept nobody asks.
+    let mut a_conn = a_conn;
+    rt.spawn(async move {
+        let ev = a_conn.next_event().await;
+        panic!("no event was sent: {ev:?}");
+    });
+    let (a2, second) = (a.clone(), req(b"two"));
+    rt.spawn(async move {
+        let r = a2.connect(second).await;
+        panic!("nobody answered: {r:?}");
+    });
+    let a_listener = a.listen(SERVICE_ID + 1).unwrap();
+    rt.spawn(async move {
+        let r = a_listener.accept().await;
+        panic!("nobody asked: {r:?}");
+    });
+    drop(a);
+    // The connect task sends its REQ when it first runs.
+    rt.block_on(bounded("the second REQ", async {
+        while listener.pending() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }));
+    let incoming = listener.accept_timeout(WAIT).unwrap();
+    assert!(incoming.private_data().starts_with(b"two"));
+
+    drop(rt);
+
+    match b_conn.next_event_timeout(WAIT).unwrap() {
+        Event::DreqReceived { .. } => {}
+        other => panic!("B expected the DREQ, got {other:?}"),
+    }
+    match incoming.reply(Reply::new(0x46)) {
+        Err(Error::Rejected { reason, .. }) => assert_eq!(reason, RejectReason::TIMEOUT),
+        Ok(sent) => match sent.wait_established() {
+            Err(Error::Rejected { reason, .. }) => assert_eq!(reason, RejectReason::TIMEOUT),
+            other => panic!("expected the REJ, got {other:?}"),
+        },
+        Err(e) => panic!("{e}"),
+    }
+    let rt = runtime();
+    let _in = rt.enter();
+    let again = Device::open_tokio(&a_name);
+    assert!(again.is_ok(), "A not closed: {again:?}");
+}
+
+/// Attacks a listener dropped while requests wait in its queue and the
+/// connect futures that sent them wait: each must end with the REJ
+/// `CONSUMER_DEFINED` the dropped listener's requests get.
+#[tokio::test(flavor = "current_thread")]
+async fn review_a_10_listener_dropped_with_queued_requests_rejects_them() {
+    let (a, b) = async_devices();
+    let listener = b.listen(SERVICE_ID).unwrap();
+    let connect = |data: &'static [u8]| {
+        let req = request(&a, &b, next_qpn(), data);
+        let a = a.clone();
+        async move { a.connect(req).await }
+    };
+    let drop_listener = async {
+        until("two requests queued", || listener.pending() == 2).await;
+        drop(listener);
+    };
+    let (one, two, ()) = bounded("the REJs", async {
+        tokio::join!(connect(b"one"), connect(b"two"), drop_listener)
+    })
+    .await;
+    for r in [one, two] {
+        match r {
+            Err(Error::Rejected { reason, .. }) => {
+                assert_eq!(reason, RejectReason::CONSUMER_DEFINED)
+            }
+            other => panic!("expected the REJ, got {other:?}"),
+        }
+    }
+}
+
+/// The names of two loop devices no other test of this process uses (both
+/// closed again).
+fn two_names() -> (String, String) {
+    let (a, b) = rust_api_support::devices();
+    (a.name().to_owned(), b.name().to_owned())
+}
+
+/// Runs `driver`'s events on this runtime (as `run_tokio`, by hand through
+/// the public surface: readiness of `as_fd`, then `run_pending`) until
+/// `done`.
+async fn drive_until(driver: &ib_cm::aio::Driver, what: &str, mut done: impl FnMut() -> bool) {
+    use std::os::fd::AsFd;
+    let fd = tokio::io::unix::AsyncFd::new(driver.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    bounded(what, async {
+        while !done() {
+            let mut guard = fd.readable().await.unwrap();
+            if driver.run_pending(64).unwrap() < 64 {
+                guard.clear_ready();
+            }
+        }
+    })
+    .await
+}
+
+/// Waits until `driver`'s descriptor is readable (an event is pending),
+/// without running anything.
+async fn readable(driver: &ib_cm::aio::Driver) {
+    use std::os::fd::AsFd;
+    let fd = tokio::io::unix::AsyncFd::new(driver.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    bounded("an event pending", fd.readable()).await.unwrap().retain_ready();
+}
+
+/// Attacks the promise that dropping the [`Driver`](ib_cm::aio::Driver)
+/// leaves the events to whoever closes the device: a REQ whose event is
+/// pending when the driver goes must still be run when the device closes
+/// (its listener gone: forgotten, as the engine forgets an orphan), and the
+/// device must close.
+#[tokio::test(flavor = "current_thread")]
+async fn review_a_11_driver_dropped_with_an_event_pending() {
+    let (a_name, b_name) = two_names();
+    let a = Device::open_tokio(&a_name).unwrap();
+    let (b, b_driver) = Device::open(&b_name).unwrap();
+    let listener = b.listen(SERVICE_ID).unwrap();
+    let first = a.request(request(&a, &b, next_qpn(), b"one")).unwrap();
+    drive_until(&b_driver, "the first REQ", || listener.pending() == 1).await;
+    let second = a.request(request(&a, &b, next_qpn(), b"two")).unwrap();
+    readable(&b_driver).await;
+    assert_eq!(listener.pending(), 1);
+    drop(b_driver);
+    drop(listener); // rejects the first
+    drop(b); // closes: runs the second's event, which refuses it
+    match bounded("A's first answer", first.wait_reply()).await {
+        Err(Error::Rejected { reason, .. }) => assert_eq!(reason, RejectReason::CONSUMER_DEFINED),
+        other => panic!("expected the REJ, got {other:?}"),
+    }
+    // The second's REQ event ran at the close, its listener gone: the
+    // engine forgets such a request (src/cm/listen.rs, `forget_orphan`),
+    // and its retransmissions find no device.
+    match bounded("A's second answer", second.wait_reply()).await {
+        Err(Error::NoAnswer { .. }) => {}
+        other => panic!("expected no answer, got {other:?}"),
+    }
+    let again = Device::open(&b_name);
+    assert!(again.is_ok(), "B not closed: {again:?}");
+}
+
+/// Attacks the driver of a device that closes while an event is pending
+/// and the driver is kept: the close runs the event, and the driver then
+/// says closed (`run_pending` `None`, `poll_closed` ready) instead of
+/// running anything more.
+#[tokio::test(flavor = "current_thread")]
+async fn review_a_12_device_closed_under_its_driver() {
+    let (a_name, b_name) = two_names();
+    let a = Device::open_tokio(&a_name).unwrap();
+    let (b, b_driver) = Device::open(&b_name).unwrap();
+    let listener = b.listen(SERVICE_ID).unwrap();
+    let pending = a.request(request(&a, &b, next_qpn(), b"x")).unwrap();
+    readable(&b_driver).await;
+    assert!(!b_driver.is_closed());
+    assert!(pending_with(
+        pin!(std::future::poll_fn(|cx| b_driver.poll_closed(cx))),
+        Waker::noop()
+    ));
+    drop((listener, b));
+    assert!(b_driver.is_closed());
+    assert_eq!(b_driver.run_pending(64), None);
+    bounded("closed", std::future::poll_fn(|cx| b_driver.poll_closed(cx))).await;
+    // Its listener gone, the request was forgotten (`forget_orphan`).
+    match bounded("A's answer", pending.wait_reply()).await {
+        Err(Error::NoAnswer { .. }) => {}
+        other => panic!("expected no answer, got {other:?}"),
+    }
+}
+
+/// Attacks a multi-threaded runtime driving both devices from several
+/// workers while tasks on the other workers cancel connects at random
+/// points, drop connections and requests in every state, disconnect and
+/// crossing disconnects: every task must end (no lost wakeup, no
+/// deadlock between a drop and the driver running the id's handler), and
+/// both devices must close once the last value goes (no id left behind).
+#[test]
+fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
+    const N: usize = 160;
+    let (a_name, b_name) = two_names();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let a = Device::open_tokio(&a_name).unwrap();
+        let b = Device::open_tokio(&b_name).unwrap();
+        let listener = b.listen(SERVICE_ID).unwrap();
+        let server = tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            loop {
+                let incoming = match tokio::time::timeout(Duration::from_secs(2), listener.accept())
+                    .await
+                {
+                    Ok(r) => r.unwrap(),
+                    Err(_) => break, // every client is done
+                };
+                tasks.spawn(async move {
+                    let kind = incoming.private_data()[0] % 5;
+                    if kind == 0 {
+                        return; // dropped: REJ
+                    }
+                    let Ok(mut conn) = incoming.accept(Reply::new(next_qpn())).await else {
+                        return;
+                    };
+                    match kind {
+                        1 => {}
+                        2 => {
+                            let _ = conn.disconnect(b"server").await;
+                        }
+                        3 => {
+                            let _ = tokio::time::timeout(
+                                Duration::from_millis(5),
+                                conn.next_event(),
+                            )
+                            .await;
+                        }
+                        _ => {
+                            // Every event to the end of timewait; the
+                            // peer's DREQ answered.
+                            while let Ok(event) = conn.next_event().await {
+                                if let Event::DreqReceived { .. } = event {
+                                    let _ = conn.reply_disconnect(b"server");
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.unwrap();
+            }
+        });
+        let mut clients = tokio::task::JoinSet::new();
+        for i in 0..N {
+            let (a, b) = (a.clone(), b.clone());
+            clients.spawn(async move {
+                let seed = (i % 5) as u8;
+                let req = request(&a, &b, next_qpn(), &pattern(92, seed));
+                match i % 4 {
+                    0 => {
+                        // Cancelled at a point that varies with the load.
+                        let wait = Duration::from_micros(50 * (i as u64 % 40));
+                        let _ = tokio::time::timeout(wait, a.connect(req)).await;
+                    }
+                    1 => drop(a.connect(req).await),
+                    2 => {
+                        if let Ok(mut conn) = a.connect(req).await {
+                            let _ = conn.disconnect(b"client").await;
+                            let _ = conn.wait_closed().await;
+                        }
+                    }
+                    _ => {
+                        if let Ok(mut conn) = a.connect(req).await {
+                            let _ = tokio::time::timeout(
+                                Duration::from_millis(3),
+                                conn.next_event(),
+                            )
+                            .await;
+                        }
+                    }
+                }
+            });
+        }
+        bounded("the clients", async {
+            while let Some(done) = clients.join_next().await {
+                done.unwrap();
+            }
+        })
+        .await;
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("the server's tasks")
+            .unwrap();
+    });
+    drop(rt);
+    let (a, b) = (ib_cm::Device::open(&a_name), ib_cm::Device::open(&b_name));
+    assert!(a.is_ok() && b.is_ok(), "not closed: {a:?} {b:?}");
+}
