@@ -65,7 +65,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 /// Waits on this thread, without letting the runtime run anything (so no
 /// driver runs a handler meanwhile), until `done`; the library's worker
 /// goes on (state changes, MADs).
-fn spin_until(what: &str, done: impl Fn() -> bool) {
+fn spin_until(what: &str, mut done: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !done() {
         assert!(t0.elapsed() < WAIT, "timed out waiting until {what}");
@@ -98,11 +98,7 @@ async fn connect(
 ) -> (Connection, Connection) {
     bounded("connect", async {
         tokio::join!(
-            async {
-                a.connect(request(a, b, next_qpn(), b"conn"))
-                    .await
-                    .unwrap()
-            },
+            async { a.connect(request(a, b, next_qpn(), b"conn")).await.unwrap() },
             async {
                 let incoming = listener.accept().await.unwrap();
                 incoming.accept(Reply::new(next_qpn())).await.unwrap()
@@ -147,10 +143,7 @@ async fn review_a_3_connect_dropped_after_the_rep_came_rejects() {
     let sent = {
         let mut connect = pin!(a.connect(request(&a, &b, next_qpn(), b"rep")));
         let woken = Arc::new(Flag::default());
-        assert!(pending_with(
-            connect.as_mut(),
-            &Waker::from(woken.clone())
-        ));
+        assert!(pending_with(connect.as_mut(), &Waker::from(woken.clone())));
         let incoming = bounded("the REQ", listener.accept()).await.unwrap();
         let sent = bounded("the REP", incoming.reply(Reply::new(0x42)))
             .await
@@ -212,7 +205,10 @@ async fn review_a_5_disconnect_cancelled_before_the_peer_dreq_event_keeps_it() {
         let disconnect = pin!(b_conn.disconnect(b"from b"));
         assert!(pending_once(disconnect));
     }
-    match bounded("B's DREQ event", b_conn.next_event()).await.unwrap() {
+    match bounded("B's DREQ event", b_conn.next_event())
+        .await
+        .unwrap()
+    {
         Event::DreqReceived { private_data } => assert!(private_data.starts_with(b"from a")),
         other => panic!("{other:?}"),
     }
@@ -254,8 +250,14 @@ async fn review_a_6_disconnect_racing_the_peer_dreq_event_answers_it() {
         Event::DrepReceived { private_data } => assert_eq!(private_data, vec![0; 224]),
         other => panic!("{other:?}"),
     }
-    assert_eq!(bounded("B's timewait", b_conn.wait_closed()).await.unwrap(), vec![]);
-    assert_eq!(bounded("A's timewait", a_conn.wait_closed()).await.unwrap(), vec![]);
+    assert_eq!(
+        bounded("B's timewait", b_conn.wait_closed()).await.unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        bounded("A's timewait", a_conn.wait_closed()).await.unwrap(),
+        vec![]
+    );
 }
 
 /// Attacks `wait_closed` cancelled after it passed over an event (the
@@ -291,8 +293,14 @@ async fn review_a_7_wait_closed_cancelled_leaves_what_it_passed_over() {
         bounded("B's timewait", b_conn.next_event()).await.unwrap(),
         Event::TimewaitExit
     );
-    assert!(matches!(b_conn.next_event().await, Err(Error::Closed { .. })));
-    assert!(matches!(b_conn.wait_closed().await, Err(Error::Closed { .. })));
+    assert!(matches!(
+        b_conn.next_event().await,
+        Err(Error::Closed { .. })
+    ));
+    assert!(matches!(
+        b_conn.wait_closed().await,
+        Err(Error::Closed { .. })
+    ));
 }
 
 /// Attacks `IncomingRequest::accept` when the peer's DREQ comes before its
@@ -322,7 +330,10 @@ async fn review_a_8_accept_ends_with_the_dreq_that_came_before_the_rtu() {
     })
     .await;
     assert_eq!(b_conn.rtu_private_data(), None);
-    match bounded("B's first event", b_conn.next_event()).await.unwrap() {
+    match bounded("B's first event", b_conn.next_event())
+        .await
+        .unwrap()
+    {
         Event::DreqReceived { private_data } => assert!(private_data.starts_with(b"before rtu")),
         other => panic!("{other:?}"),
     }
@@ -331,7 +342,10 @@ async fn review_a_8_accept_ends_with_the_dreq_that_came_before_the_rtu() {
         bounded("A's DREP", a_conn.next_event()).await.unwrap(),
         Event::DrepReceived { .. }
     ));
-    assert_eq!(bounded("A's timewait", a_conn.wait_closed()).await.unwrap(), vec![]);
+    assert_eq!(
+        bounded("A's timewait", a_conn.wait_closed()).await.unwrap(),
+        vec![]
+    );
 }
 
 /// Attacks a runtime dropped while its tasks wait: a connect waiting for
@@ -364,7 +378,9 @@ fn review_a_9_runtime_dropped_under_pending_futures() {
             let incoming = listener.accept_timeout(WAIT).unwrap();
             incoming.accept(Reply::new(0x45)).unwrap()
         });
-        let a_conn = rt.block_on(bounded("connect", a.connect(req(b"one")))).unwrap();
+        let a_conn = rt
+            .block_on(bounded("connect", a.connect(req(b"one"))))
+            .unwrap();
         (a_conn, server.join().unwrap())
     });
 
@@ -474,7 +490,10 @@ async fn drive_until(driver: &ib_cm::aio::Driver, what: &str, mut done: impl FnM
 async fn readable(driver: &ib_cm::aio::Driver) {
     use std::os::fd::AsFd;
     let fd = tokio::io::unix::AsyncFd::new(driver.as_fd().try_clone_to_owned().unwrap()).unwrap();
-    bounded("an event pending", fd.readable()).await.unwrap().retain_ready();
+    bounded("an event pending", fd.readable())
+        .await
+        .unwrap()
+        .retain_ready();
 }
 
 /// Attacks the promise that dropping the [`Driver`](ib_cm::aio::Driver)
@@ -531,7 +550,11 @@ async fn review_a_12_device_closed_under_its_driver() {
     drop((listener, b));
     assert!(b_driver.is_closed());
     assert_eq!(b_driver.run_pending(64), None);
-    bounded("closed", std::future::poll_fn(|cx| b_driver.poll_closed(cx))).await;
+    bounded(
+        "closed",
+        std::future::poll_fn(|cx| b_driver.poll_closed(cx)),
+    )
+    .await;
     // Its listener gone, the request was forgotten (`forget_orphan`).
     match bounded("A's answer", pending.wait_reply()).await {
         Err(Error::NoAnswer { .. }) => {}
@@ -561,12 +584,11 @@ fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
         let server = tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             loop {
-                let incoming = match tokio::time::timeout(Duration::from_secs(2), listener.accept())
-                    .await
-                {
-                    Ok(r) => r.unwrap(),
-                    Err(_) => break, // every client is done
-                };
+                let incoming =
+                    match tokio::time::timeout(Duration::from_secs(2), listener.accept()).await {
+                        Ok(r) => r.unwrap(),
+                        Err(_) => break, // every client is done
+                    };
                 tasks.spawn(async move {
                     let kind = incoming.private_data()[0] % 5;
                     if kind == 0 {
@@ -581,11 +603,9 @@ fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
                             let _ = conn.disconnect(b"server").await;
                         }
                         3 => {
-                            let _ = tokio::time::timeout(
-                                Duration::from_millis(5),
-                                conn.next_event(),
-                            )
-                            .await;
+                            let _ =
+                                tokio::time::timeout(Duration::from_millis(5), conn.next_event())
+                                    .await;
                         }
                         _ => {
                             // Every event to the end of timewait; the
@@ -624,11 +644,9 @@ fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
                     }
                     _ => {
                         if let Ok(mut conn) = a.connect(req).await {
-                            let _ = tokio::time::timeout(
-                                Duration::from_millis(3),
-                                conn.next_event(),
-                            )
-                            .await;
+                            let _ =
+                                tokio::time::timeout(Duration::from_millis(3), conn.next_event())
+                                    .await;
                         }
                     }
                 }
@@ -648,4 +666,167 @@ fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
     drop(rt);
     let (a, b) = (ib_cm::Device::open(&a_name), ib_cm::Device::open(&b_name));
     assert!(a.is_ok() && b.is_ok(), "not closed: {a:?} {b:?}");
+}
+
+/// Attacks the listener's backlog with the async queue in between: 1030
+/// REQs sent while no task runs (their events pile up for the driver, then
+/// in the listener's queue). The listener must never hold more than the
+/// backlog (1024), and each request beyond it must come in later through
+/// its retransmission, once, so that every request is accepted exactly
+/// once.
+#[tokio::test(flavor = "current_thread")]
+async fn review_a_14_a_flood_beyond_the_backlog_is_accepted_once_each() {
+    const BACKLOG: usize = 1024;
+    const N: usize = BACKLOG + 6;
+    let (a, b) = async_devices();
+    let listener = b.listen(SERVICE_ID).unwrap();
+    let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
+    let mut qpns = std::collections::BTreeSet::new();
+    let mut outgoing = Vec::new();
+    for _ in 0..N {
+        let qpn = next_qpn();
+        qpns.insert(qpn);
+        // Resent every 67 ms, 15 times: a second for the extras.
+        let req = ConnectRequest::builder(path.clone(), SERVICE_ID, qpn)
+            .remote_cm_response_timeout(14)
+            .local_cm_response_timeout(14)
+            .max_cm_retries(15)
+            .build();
+        outgoing.push(a.request(req).unwrap());
+    }
+    let mut taken = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    bounded("every request", async {
+        while taken.len() < N {
+            assert!(listener.pending() <= BACKLOG, "{}", listener.pending());
+            let incoming = listener.accept().await.unwrap();
+            let qpn = incoming.req().remote_qpn;
+            assert!(seen.insert(qpn), "request of QP {qpn:#x} twice");
+            taken.push(incoming);
+        }
+    })
+    .await;
+    assert_eq!(seen, qpns);
+    assert!(outgoing.iter().all(|o| o.state() == State::ReqSent));
+    // Nothing more comes: no duplicate of a request still held.
+    let more = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(more.is_err(), "{more:?}");
+}
+
+/// A raw endpoint on the fabric (a loop device nobody opened as a
+/// `Device`): sends crafted MADs, collects the MADs sent to it (as
+/// `tests/rust_api_sidr_review.rs`'s).
+struct Raw {
+    me: ib_cm::transport::loopback::LoopIdentity,
+    transport: Arc<ib_cm::transport::loopback::LoopTransport>,
+    got: Arc<std::sync::Mutex<Vec<ib_cm::wire::Mad>>>,
+}
+
+impl Raw {
+    fn open() -> Self {
+        use ib_cm::transport::loopback::{LoopIdentity, LoopTransport};
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(950);
+        let name = format!("loop{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let me = LoopIdentity::from_name(&name).unwrap();
+        let got: Arc<std::sync::Mutex<Vec<ib_cm::wire::Mad>>> = Arc::default();
+        let sink = Arc::downgrade(&got);
+        let recv: ib_cm::transport::RecvFn = Arc::new(move |_, _, mad: Arc<ib_cm::wire::Mad>| {
+            if let Some(got) = sink.upgrade() {
+                got.lock().unwrap().push(*mad);
+            }
+        });
+        let transport = LoopTransport::open(me, recv).unwrap();
+        Self { me, transport, got }
+    }
+
+    fn gid(&self) -> ib_cm::Gid {
+        ib_cm::Gid(self.me.gid)
+    }
+
+    /// Sends `mad` to port 1 of `device`.
+    fn send_to(&self, device: &Device, mad: &ib_cm::wire::Mad) {
+        use ib_cm::transport::MadTransport;
+        let gid = device.gid(1, 0).unwrap().0;
+        let addr = ib_cm::transport::MadAddr {
+            dgid: gid,
+            dlid: ib_cm::transport::loopback::LoopIdentity::from_gid(&gid)
+                .unwrap()
+                .lid,
+            ..ib_cm::transport::MadAddr::default()
+        };
+        self.transport.send(1, &addr, mad).unwrap();
+    }
+
+    /// The first MAD of attribute `attr_id` sent to this endpoint, and its
+    /// transaction ID, within [`WAIT`].
+    fn first(&self, attr_id: u16) -> (ib_cm::wire::Mad, u64) {
+        let mut found = None;
+        spin_until("a MAD for the raw peer", || {
+            let got = self.got.lock().unwrap();
+            found = got.iter().find_map(|m| {
+                let (h, _) = ib_cm::wire::parse_header(&m[..]).ok()?;
+                (h.attr_id == attr_id).then_some((*m, h.tid))
+            });
+            found.is_some()
+        });
+        found.unwrap()
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        use ib_cm::transport::MadTransport;
+        self.transport.close();
+    }
+}
+
+/// Attacks `Device::connect` against a peer that sends its REP and, at
+/// once, a REJ (it changed its mind, or its RTU timer fired): both events
+/// are queued when the future runs. The REJ must not be lost: the future
+/// ends with `Error::Rejected` (the REJ's reason), or with a connection
+/// whose next event is the REJ; never with a bare refusal of the RTU.
+#[tokio::test(flavor = "current_thread")]
+async fn review_a_15_connect_answered_rep_then_rej_reports_the_rej() {
+    use ib_cm::wire::{MsgResponse, Rej, Rep, Req, attr};
+    let a = async_devices().0;
+    let raw = Raw::open();
+    let path = a.path_to(1, raw.gid()).unwrap();
+    let req = ConnectRequest::builder(path, SERVICE_ID, next_qpn())
+        .remote_cm_response_timeout(20)
+        .local_cm_response_timeout(20)
+        .build();
+    let mut connect = pin!(a.connect(req));
+    assert!(pending_once(connect.as_mut()));
+    let (mad, tid) = raw.first(attr::REQ);
+    let req = Req::decode(&mad).unwrap();
+    let rep = Rep {
+        local_comm_id: 0x0bad_0001,
+        remote_comm_id: req.local_comm_id,
+        local_qpn: 0x47,
+        starting_psn: 1,
+        local_ca_guid: 0x1122,
+        ..Rep::default()
+    };
+    raw.send_to(&a, &rep.encode(tid));
+    let rej = Rej {
+        local_comm_id: 0x0bad_0001,
+        remote_comm_id: req.local_comm_id,
+        message_rejected: MsgResponse::Other,
+        reason: RejectReason::CONSUMER_DEFINED.0,
+        ..Rej::default()
+    };
+    raw.send_to(&a, &rej.encode(tid));
+    // Both reach A's worker while no task runs (their events wait for
+    // A's driver): the REP, then the REJ.
+    std::thread::sleep(Duration::from_millis(200));
+    match bounded("connect", connect).await {
+        Err(Error::Rejected { reason, .. }) => assert_eq!(reason, RejectReason::CONSUMER_DEFINED),
+        Ok(mut conn) => match bounded("the REJ", conn.next_event()).await {
+            Ok(Event::RejReceived { reason, .. }) => {
+                assert_eq!(reason, RejectReason::CONSUMER_DEFINED)
+            }
+            other => panic!("expected the REJ, got {other:?}"),
+        },
+        Err(e) => panic!("the REJ was lost: {e}"),
+    }
 }

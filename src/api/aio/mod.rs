@@ -202,7 +202,8 @@ impl Device {
             .request(request)?
             .wait_reply_async()
             .await?
-            .confirm_with_request_data()?;
+            .confirm_with_request_data_async()
+            .await?;
         Ok(Connection::new(conn))
     }
 
