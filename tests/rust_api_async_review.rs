@@ -468,12 +468,20 @@ fn two_names() -> (String, String) {
     (a.name().to_owned(), b.name().to_owned())
 }
 
+/// `driver`'s descriptor (a copy of its own) on this runtime's reactor.
+/// `AsyncFd::new` is deprecated for a type whose `as_raw_fd` may change;
+/// an `OwnedFd`'s never does (`register` would need `unsafe` here).
+#[allow(deprecated)]
+fn on_reactor(driver: &ib_cm::aio::Driver) -> tokio::io::unix::AsyncFd<std::os::fd::OwnedFd> {
+    use std::os::fd::AsFd;
+    tokio::io::unix::AsyncFd::new(driver.as_fd().try_clone_to_owned().unwrap()).unwrap()
+}
+
 /// Runs `driver`'s events on this runtime (as `run_tokio`, by hand through
 /// the public surface: readiness of `as_fd`, then `run_pending`) until
 /// `done`.
 async fn drive_until(driver: &ib_cm::aio::Driver, what: &str, mut done: impl FnMut() -> bool) {
-    use std::os::fd::AsFd;
-    let fd = tokio::io::unix::AsyncFd::new(driver.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    let fd = on_reactor(driver);
     bounded(what, async {
         while !done() {
             let mut guard = fd.readable().await.unwrap();
@@ -488,8 +496,7 @@ async fn drive_until(driver: &ib_cm::aio::Driver, what: &str, mut done: impl FnM
 /// Waits until `driver`'s descriptor is readable (an event is pending),
 /// without running anything.
 async fn readable(driver: &ib_cm::aio::Driver) {
-    use std::os::fd::AsFd;
-    let fd = tokio::io::unix::AsyncFd::new(driver.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    let fd = on_reactor(driver);
     bounded("an event pending", fd.readable())
         .await
         .unwrap()
@@ -687,7 +694,7 @@ async fn review_a_14_a_flood_beyond_the_backlog_is_accepted_once_each() {
         let qpn = next_qpn();
         qpns.insert(qpn);
         // Resent every 67 ms, 15 times: a second for the extras.
-        let req = ConnectRequest::builder(path.clone(), SERVICE_ID, qpn)
+        let req = ConnectRequest::builder(path, SERVICE_ID, qpn)
             .remote_cm_response_timeout(14)
             .local_cm_response_timeout(14)
             .max_cm_retries(15)

@@ -75,7 +75,7 @@ fn review_a_2_in_a_forked_child_async_waits_end_and_the_driver_stops() {
     let listener = b.listen(0x0f11).unwrap();
     let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
     let pending = a
-        .request(ConnectRequest::builder(path.clone(), 0x0f11, 0x13).build())
+        .request(ConnectRequest::builder(path, 0x0f11, 0x13).build())
         .unwrap();
     // The REQ's event is queued for B's driver, which nobody ran yet.
     let t0 = std::time::Instant::now();
