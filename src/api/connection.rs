@@ -1,7 +1,7 @@
 //! The active side's request, and a connection of either side.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,9 @@ use crate::cm::id::CmIdPriv;
 /// How long `disconnect` waits for the peer's DREQ whose state change it
 /// saw.
 const PEER_DREQ_WAIT: Duration = Duration::from_secs(1);
+
+/// How long `confirm` waits for the REJ whose state change refused its RTU.
+const PEER_GONE_WAIT: Duration = Duration::from_secs(1);
 
 /// What a call that waits does with the next event of its id.
 pub(super) enum Step {
@@ -207,7 +210,30 @@ impl OutgoingRequest {
             handle: self.handle,
             rep: rep.unwrap_or_else(|| unreachable!("the wait ends with a REP or an error")),
             rtu_private_data: self.rtu_private_data,
+            rejected: AtomicBool::new(false),
         }
+    }
+}
+
+/// What looking for the peer's REJ after its REP does with `event` (the
+/// REJ, as the error, goes to `rej`); the end of timewait ends the search.
+fn gone_step(event: Event, rej: &mut Option<Error>) -> Step {
+    match event {
+        Event::RejReceived {
+            reason,
+            ari,
+            private_data,
+        } => {
+            *rej = Some(rejected(
+                "ReceivedReply::confirm",
+                reason,
+                ari,
+                private_data,
+            ));
+            Step::Done
+        }
+        Event::TimewaitExit => Step::Done,
+        other => Step::Keep(other),
     }
 }
 
@@ -248,6 +274,9 @@ pub struct ReceivedReply {
     handle: IdHandle,
     rep: Box<RepInfo>,
     rtu_private_data: Vec<u8>,
+    /// [`reject`](ReceivedReply::reject) sent our REJ: no event will say
+    /// why the RTU is refused.
+    rejected: AtomicBool,
 }
 
 impl ReceivedReply {
@@ -264,13 +293,36 @@ impl ReceivedReply {
 
     /// Sends the RTU with `private_data` (up to 224 bytes): established.
     /// `EINVAL` for more data, and the REP is rejected as a dropped one.
+    /// When the peer gave up after its REP (its REJ came first), fails with
+    /// [`Error::Rejected`].
     pub fn confirm(self, private_data: &[u8]) -> Result<Connection> {
-        call("ReceivedReply::confirm", || {
-            cm::send_rtu(&self.handle.id, private_data)
-        })?;
-        let mut conn = Connection::new(self.handle, Side::Active);
-        conn.rep = Some(self.rep);
-        Ok(conn)
+        self.confirm_waiting(private_data, PEER_GONE_WAIT)
+    }
+
+    /// [`confirm`](ReceivedReply::confirm), waiting `wait` at most for the
+    /// event that says why the peer gave up (`ZERO`: only one queued
+    /// already, for the async API's `confirm`, whose thread may be the one
+    /// that runs the events).
+    pub(super) fn confirm_waiting(self, private_data: &[u8], wait: Duration) -> Result<Connection> {
+        let op = "ReceivedReply::confirm";
+        if let Err(refused) = self.send_rtu(op, private_data) {
+            let why = self.peer_gave_up().then(|| self.why_gone(op, wait));
+            return Err(why.flatten().unwrap_or(refused));
+        }
+        Ok(self.confirmed())
+    }
+
+    /// [`confirm`](ReceivedReply::confirm) for the async API.
+    pub(super) async fn confirm_async(self, private_data: &[u8]) -> Result<Connection> {
+        let op = "ReceivedReply::confirm";
+        if let Err(refused) = self.send_rtu(op, private_data) {
+            let why = match self.peer_gave_up() {
+                true => self.why_gone_async(op).await,
+                false => None,
+            };
+            return Err(why.unwrap_or(refused));
+        }
+        Ok(self.confirmed())
     }
 
     /// [`confirm`](ReceivedReply::confirm) with the RTU data of the request.
@@ -279,13 +331,60 @@ impl ReceivedReply {
         self.confirm(&data)
     }
 
+    /// [`confirm_async`](ReceivedReply::confirm_async) with the RTU data of
+    /// the request.
+    pub(super) async fn confirm_with_request_data_async(mut self) -> Result<Connection> {
+        let data = std::mem::take(&mut self.rtu_private_data);
+        self.confirm_async(&data).await
+    }
+
+    fn send_rtu(&self, op: &'static str, private_data: &[u8]) -> Result<()> {
+        call(op, || cm::send_rtu(&self.handle.id, private_data))
+    }
+
+    fn confirmed(self) -> Connection {
+        let mut conn = Connection::new(self.handle, Side::Active);
+        conn.rep = Some(self.rep);
+        conn
+    }
+
+    /// The RTU was refused because the id left REP_RCVD (and MRA_REP_SENT)
+    /// not by this side's doing: the peer's REJ came after its REP, and its
+    /// event is on its way (the engine changes the state first). Without
+    /// this, the REJ went with the id, and `connect` failed with a bare
+    /// `EINVAL` (aio review A15).
+    fn peer_gave_up(&self) -> bool {
+        !self.rejected.load(Ordering::Acquire)
+            && !matches!(self.handle.state(), State::RepRcvd | State::MraRepSent)
+    }
+
+    /// The peer's REJ among the id's events, `wait` at most; `None` when
+    /// timewait ends (or the wait does) without one.
+    fn why_gone(&self, op: &'static str, wait: Duration) -> Option<Error> {
+        let mut rej = None;
+        let _ = take_until(&self.handle.events, op, Some(wait), |event| {
+            gone_step(event, &mut rej)
+        });
+        rej
+    }
+
+    /// [`why_gone`](ReceivedReply::why_gone) for the async API: the event
+    /// comes, or timewait ends, or the queue finishes.
+    async fn why_gone_async(&self, op: &'static str) -> Option<Error> {
+        let mut rej = None;
+        let _ = take_until_async(&self.handle.events, op, |event| gone_step(event, &mut rej)).await;
+        rej
+    }
+
     /// Rejects the REP with `reason`, additional rejection information (up
     /// to 72 bytes) and private data (up to 148); `EINVAL` for more, and
     /// the REP is still there to answer.
     pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
         call("ReceivedReply::reject", || {
             cm::send_rej(&self.handle.id, reason.0, ari, private_data)
-        })
+        })?;
+        self.rejected.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Asks the peer for more time before the RTU (the QP takes long to

@@ -1,6 +1,6 @@
 //! The passive side: a listener, the requests it receives, the answers.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,10 @@ impl std::fmt::Debug for Listener {
 pub struct IncomingRequest {
     handle: IdHandle,
     req: Box<ReqInfo>,
+    /// [`reject`](IncomingRequest::reject) sent our REJ: the id is IDLE
+    /// and no event will say why (aio review A1: `reply` waited for one
+    /// for ever in the async API, a second in the blocking one).
+    rejected: AtomicBool,
 }
 
 impl IncomingRequest {
@@ -119,6 +123,7 @@ impl IncomingRequest {
         Self {
             handle,
             req: Box::new(req),
+            rejected: AtomicBool::new(false),
         }
     }
 
@@ -199,7 +204,7 @@ impl IncomingRequest {
     /// The event that ended a request the peer gave up (its state went
     /// IDLE, and the event that says why is on its way to the queue).
     fn why_gone(&self, op: &'static str) -> Option<Error> {
-        if self.handle.state() != State::Idle {
+        if self.handle.state() != State::Idle || self.rejected.load(Ordering::Acquire) {
             return None;
         }
         let deadline = Instant::now() + GONE_EVENT_WAIT;
@@ -213,7 +218,9 @@ impl IncomingRequest {
     /// comes (the engine queued it when it changed the state), or the queue
     /// finishes.
     async fn why_gone_async(&self, op: &'static str) -> Option<Error> {
-        if self.handle.state() != State::Idle {
+        // Our own REJ made it IDLE: nothing is on its way, and this wait
+        // has no bound of its own.
+        if self.handle.state() != State::Idle || self.rejected.load(Ordering::Acquire) {
             return None;
         }
         let mut waiter = self.handle.events.waiter();
@@ -228,7 +235,9 @@ impl IncomingRequest {
     pub fn reject(&self, reason: RejectReason, ari: &[u8], private_data: &[u8]) -> Result<()> {
         call("IncomingRequest::reject", || {
             cm::send_rej(&self.handle.id, reason.0, ari, private_data)
-        })
+        })?;
+        self.rejected.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Asks the peer for more time: an MRA with `service_timeout` (an IBA

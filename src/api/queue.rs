@@ -275,7 +275,10 @@ impl<T> Waiter<'_, T> {
         if let Some(item) = s.items.pop_front() {
             return Poll::Ready(Some(item));
         }
-        if s.finished {
+        // In a forked child nothing more comes (the worker is the
+        // parent's): the wait ends as `pop`'s does (aio review A2: it was
+        // pending for ever).
+        if s.finished || super::error::in_forked_child() {
             return Poll::Ready(None);
         }
         let s = &mut *s;

@@ -177,7 +177,12 @@ impl ReceivedReply {
     /// Sends the RTU (nothing to wait for), as
     /// [`crate::ReceivedReply::confirm`].
     pub fn confirm(self, private_data: &[u8]) -> Result<Connection> {
-        self.0.confirm(private_data).map(Connection::new)
+        // No wait for the event that says why a refused RTU came too late:
+        // this thread may be the one that runs the events (only one
+        // already queued is looked at).
+        self.0
+            .confirm_waiting(private_data, std::time::Duration::ZERO)
+            .map(Connection::new)
     }
 
     /// Rejects the REP, as [`crate::ReceivedReply::reject`].

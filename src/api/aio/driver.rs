@@ -50,11 +50,18 @@ impl Driver {
     /// Runs up to `max` of the device's pending events on this thread, in
     /// order (each moves an event to its queue and wakes its futures; none
     /// waits). Returns how many it ran (0: nothing was pending), or `None`
-    /// once the device is closed: nothing more will come.
+    /// once the device is closed, or in a forked child: nothing more will
+    /// come.
     ///
     /// When it ran fewer than `max`, nothing was left pending, and the
     /// descriptor is not readable until the next event comes.
     pub fn run_pending(&self, max: usize) -> Option<usize> {
+        // In a forked child the device is the parent's: nothing runs here,
+        // not even the parent's queued handlers, and no lock is taken
+        // (aio review A2: they ran).
+        if crate::os::fork::in_forked_child() {
+            return None;
+        }
         let max = i32::try_from(max.max(1)).unwrap_or(i32::MAX);
         // Refused only once the device left FD mode, which is its close (or
         // from inside a handler, which never runs user code here).
@@ -63,12 +70,16 @@ impl Driver {
 
     /// Whether the device is closed (its last handle went).
     pub fn is_closed(&self) -> bool {
-        self.stop.is_stopped()
+        self.stop.is_stopped() || crate::os::fork::in_forked_child()
     }
 
     /// `Ready` once the device is closed; until then the task is woken when
     /// it closes.
     pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        // Closed for a forked child: its driver loop ends.
+        if crate::os::fork::in_forked_child() {
+            return Poll::Ready(());
+        }
         self.stop.poll(cx)
     }
 }

@@ -150,6 +150,12 @@ impl Device {
         self.inner.name()
     }
 
+    /// The engine's device (unit tests: its queue of pending events).
+    #[cfg(test)]
+    pub(crate) fn engine(&self) -> &std::sync::Arc<cm::device::Device> {
+        &self.inner.shared.engine
+    }
+
     /// The node GUID (host order).
     pub fn node_guid(&self) -> u64 {
         self.inner.node_guid()
@@ -196,7 +202,8 @@ impl Device {
             .request(request)?
             .wait_reply_async()
             .await?
-            .confirm_with_request_data()?;
+            .confirm_with_request_data_async()
+            .await?;
         Ok(Connection::new(conn))
     }
 
