@@ -75,7 +75,9 @@ impl Drop for DeviceShared {
         // user never saw (a REQ still queued for a gone listener) are let
         // go by close, which waits for the worker that long (2 s at most).
         // In FD mode (async), close runs the events still queued for them
-        // here: they only refuse requests. The connections a handler
+        // here: a request whose listener is gone is forgotten without an
+        // answer (`forget_orphan`; the peer's retries end in its timeout).
+        // The connections a handler
         // listener made belong to the CM and live on their own: they end
         // with the device.
         handler::destroy_cm_owned(&self.engine);
