@@ -175,7 +175,11 @@ impl ReceivedReply {
     }
 
     /// Sends the RTU (nothing to wait for), as
-    /// [`crate::ReceivedReply::confirm`].
+    /// [`crate::ReceivedReply::confirm`], but without its wait: when the
+    /// peer's REJ came after its REP and the driver has not run its event
+    /// yet, the error is the RTU's refusal (`EINVAL`, the id no longer in
+    /// REP_RCVD), not [`Error::Rejected`](crate::Error::Rejected);
+    /// [`Device::connect`](super::Device::connect) waits for the REJ.
     pub fn confirm(self, private_data: &[u8]) -> Result<Connection> {
         // No wait for the event that says why a refused RTU came too late:
         // this thread may be the one that runs the events (only one
