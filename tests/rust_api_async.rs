@@ -13,47 +13,17 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Wake, Waker};
-use std::time::Duration;
 
 use ib_cm::aio::{Device, Listener};
 use ib_cm::{ConnectRequest, Error, Event, RejectReason, Reply, State};
-use rust_api_support::{WAIT, async_devices, next_qpn, pattern};
+use rust_api_support::aio::{bounded, pending_once, request_to, until};
+use rust_api_support::{async_devices, next_qpn, pattern};
 
 const SERVICE_ID: u64 = 0x7a7a;
 
-/// A REQ from `a` to `b`'s listener, with `data` and the C suite's default
-/// timeouts (a DREQ resent every 18 ms, timewait 128 ms).
+/// A REQ from `a` to `b`'s listener (the C suite's default timeouts).
 fn request(a: &Device, b: &Device, qpn: u32, data: &[u8]) -> ConnectRequest {
-    let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
-    ConnectRequest::builder(path, SERVICE_ID, qpn)
-        .private_data(data)
-        .remote_cm_response_timeout(12)
-        .local_cm_response_timeout(12)
-        .max_cm_retries(5)
-        .build()
-}
-
-/// `f` within [`WAIT`], or the test fails.
-async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: nothing within {WAIT:?}"),
-    }
-}
-
-/// Polls `f` once, with a waker that does nothing: true if it is pending.
-fn pending_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
-    f.poll(&mut Context::from_waker(Waker::noop())).is_pending()
-}
-
-/// Lets the runtime run its other tasks (the drivers) until `done`.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    bounded(what, async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await
+    request_to(a, b, SERVICE_ID, qpn, data)
 }
 
 /// REQ, REP, RTU and DREQ, DREP with patterned private data of the full

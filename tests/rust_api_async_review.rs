@@ -9,57 +9,22 @@
 
 mod rust_api_support;
 
-use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Wake, Waker};
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use ib_cm::aio::{Connection, Device};
 use ib_cm::{ConnectRequest, Error, Event, RejectReason, Reply, State};
+use rust_api_support::aio::{bounded, pending_once, pending_with, request_to, until};
 use rust_api_support::{ATTR_RTU, WAIT, async_devices, next_qpn, pattern, runtime};
 
 const SERVICE_ID: u64 = 0x7b7b;
 
-/// A REQ from `a` to `b`'s listener, with `data` and the C suite's default
-/// timeouts (a DREQ resent every 18 ms, timewait 128 ms).
+/// A REQ from `a` to `b`'s listener (the C suite's default timeouts).
 fn request(a: &Device, b: &Device, qpn: u32, data: &[u8]) -> ConnectRequest {
-    let path = a.path_to(1, b.gid(1, 0).unwrap()).unwrap();
-    ConnectRequest::builder(path, SERVICE_ID, qpn)
-        .private_data(data)
-        .remote_cm_response_timeout(12)
-        .local_cm_response_timeout(12)
-        .max_cm_retries(5)
-        .build()
-}
-
-/// `f` within [`WAIT`], or the test fails.
-async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: nothing within {WAIT:?}"),
-    }
-}
-
-/// Polls `f` once with `waker`: true if it is pending.
-fn pending_with<F: Future>(f: std::pin::Pin<&mut F>, waker: &Waker) -> bool {
-    f.poll(&mut Context::from_waker(waker)).is_pending()
-}
-
-/// Polls `f` once, with a waker that does nothing: true if it is pending.
-fn pending_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
-    pending_with(f, Waker::noop())
-}
-
-/// Lets the runtime run its other tasks (the drivers) until `done`.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    bounded(what, async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await
+    request_to(a, b, SERVICE_ID, qpn, data)
 }
 
 /// Waits on this thread, without letting the runtime run anything (so no

@@ -2,6 +2,9 @@
 //! the C suite's timeouts, patterned private data. Only the public API.
 #![allow(dead_code)] // each test file uses its part
 
+#[cfg(feature = "tokio")]
+pub mod aio;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
