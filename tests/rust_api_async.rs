@@ -11,12 +11,11 @@ mod rust_api_support;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, Waker};
 
 use ib_cm::aio::{Device, Listener};
 use ib_cm::{ConnectRequest, Error, Event, RejectReason, Reply, State};
-use rust_api_support::aio::{bounded, pending_once, request_to, until};
+use rust_api_support::aio::{Flag, bounded, pending_once, request_to, until};
 use rust_api_support::{async_devices, next_qpn, pattern};
 
 const SERVICE_ID: u64 = 0x7a7a;
@@ -174,7 +173,7 @@ async fn async_dropped_futures_cancel_or_keep() {
         assert!(polled.is_pending());
         // The DREQ reaches B's queue and wakes this future, which is
         // dropped without being polled again.
-        until("the DREQ in B's queue", || woken.0.load(Ordering::Acquire)).await;
+        until("the DREQ in B's queue", || woken.woken()).await;
     }
     let event = bounded("the DREQ", b_conn.next_event()).await.unwrap();
     assert!(
@@ -185,16 +184,6 @@ async fn async_dropped_futures_cancel_or_keep() {
     drop(b_conn); // answers the DREQ (DREP): A's first DREQ is done
     let ev = bounded("the DREP", a_conn.next_event()).await.unwrap();
     assert!(matches!(ev, Event::DrepReceived { .. }), "{ev:?}");
-}
-
-/// A waker that records that it was woken.
-#[derive(Default)]
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::Release);
-    }
 }
 
 /// Cancellation safety of accept: an accept future woken by a request and

@@ -11,47 +11,20 @@ mod rust_api_support;
 
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Wake, Waker};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::task::Waker;
+use std::time::Duration;
 
 use ib_cm::aio::{Connection, Device};
 use ib_cm::{ConnectRequest, Error, Event, RejectReason, Reply, State};
-use rust_api_support::aio::{bounded, pending_once, pending_with, request_to, until};
-use rust_api_support::{ATTR_RTU, WAIT, async_devices, next_qpn, pattern, runtime};
+use rust_api_support::aio::{Flag, bounded, pending_once, pending_with, request_to, until};
+use rust_api_support::{ATTR_RTU, WAIT, async_devices, next_qpn, pattern, runtime, wait_until};
 
 const SERVICE_ID: u64 = 0x7b7b;
 
 /// A REQ from `a` to `b`'s listener (the C suite's default timeouts).
 fn request(a: &Device, b: &Device, qpn: u32, data: &[u8]) -> ConnectRequest {
     request_to(a, b, SERVICE_ID, qpn, data)
-}
-
-/// Waits on this thread, without letting the runtime run anything (so no
-/// driver runs a handler meanwhile), until `done`; the library's worker
-/// goes on (state changes, MADs).
-fn spin_until(what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(t0.elapsed() < WAIT, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// A waker that records that it was woken.
-#[derive(Default)]
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-impl Flag {
-    fn woken(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
 }
 
 /// A connection between `a` (active) and `b` (passive) through `b`'s
@@ -165,7 +138,7 @@ async fn review_a_5_disconnect_cancelled_before_the_peer_dreq_event_keeps_it() {
     let (mut a_conn, mut b_conn) = connect(&a, &b, &listener).await;
     a_conn.send_disconnect(b"from a").unwrap();
     // No task of this runtime runs here: B's driver holds the event.
-    spin_until("B in DREQ_RCVD", || b_conn.state() == State::DreqRcvd);
+    wait_until("B in DREQ_RCVD", || b_conn.state() == State::DreqRcvd);
     {
         let disconnect = pin!(b_conn.disconnect(b"from b"));
         assert!(pending_once(disconnect));
@@ -204,7 +177,7 @@ async fn review_a_6_disconnect_racing_the_peer_dreq_event_answers_it() {
     let listener = b.listen(SERVICE_ID).unwrap();
     let (mut a_conn, mut b_conn) = connect(&a, &b, &listener).await;
     a_conn.send_disconnect(b"first").unwrap();
-    spin_until("B in DREQ_RCVD", || b_conn.state() == State::DreqRcvd);
+    wait_until("B in DREQ_RCVD", || b_conn.state() == State::DreqRcvd);
     match bounded("B's disconnect", b_conn.disconnect(b"second")).await {
         Err(Error::DisconnectCrossed { private_data, .. }) => {
             assert!(private_data.starts_with(b"first"));
@@ -733,7 +706,7 @@ impl Raw {
     /// transaction ID, within [`WAIT`].
     fn first(&self, attr_id: u16) -> (ib_cm::wire::Mad, u64) {
         let mut found = None;
-        spin_until("a MAD for the raw peer", || {
+        wait_until("a MAD for the raw peer", || {
             let got = self.got.lock().unwrap();
             found = got.iter().find_map(|m| {
                 let (h, _) = ib_cm::wire::parse_header(&m[..]).ok()?;

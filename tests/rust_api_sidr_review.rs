@@ -12,7 +12,7 @@ mod rust_api_support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ib_cm::transport::loopback::{LoopIdentity, LoopTransport};
 use ib_cm::transport::{MadAddr, MadTransport, RecvFn};
@@ -111,15 +111,6 @@ fn sidr_req(request_id: u32) -> Mad {
         ..SidrReq::default()
     };
     req.encode(u64::from(request_id))
-}
-
-/// Waits until `done`, [`WAIT`] at most.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(t0.elapsed() < WAIT, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// A request from `from` to `to`'s `SIDR_SERVICE_ID`, resent every

@@ -3,7 +3,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Waker};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use ib_cm::ConnectRequest;
@@ -55,4 +57,21 @@ pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
         }
     })
     .await
+}
+
+/// A waker that records that it was woken.
+#[derive(Default)]
+pub struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl Flag {
+    /// Whether it was woken.
+    pub fn woken(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }

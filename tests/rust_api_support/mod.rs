@@ -55,6 +55,17 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Waits on this thread until `done`, [`WAIT`] at most (an async test's
+/// runtime runs nothing meanwhile: no driver runs a handler; the
+/// library's worker goes on).
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < WAIT, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A QP number no other connection of this process uses.
 pub fn next_qpn() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0x100);
