@@ -32,7 +32,7 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
+        layers-check rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
         deb deb-check clean help
 
 all: lib
@@ -200,7 +200,8 @@ interop: c-build
 miri:
 	@if rustup +nightly component add miri rust-src >/dev/null 2>&1 && \
 	    cargo +nightly miri --version >/dev/null 2>&1; then \
-	  cargo +nightly miri test --lib -- wire:: timer:: cm::path:: transport::loopback:: pcap:: \
+	  cargo +nightly miri test -p ib-cm-wire -p ib-cm-engine --lib && \
+	  cargo +nightly miri test --lib -- transport::loopback:: pcap:: \
 	    ffi::event::tests::hardening_10_; \
 	else echo "miri: no nightly toolchain with miri here, skipped"; fi
 
@@ -244,15 +245,16 @@ fuzz:
 # delays another's timers (8 s instead of 5 s).
 rust-check:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
-	$(CARGO) test --locked -- --test-threads=1
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) test --locked -p ib-cm-wire -p ib-cm-engine
+	$(CARGO) test --locked -p ib_cm -- --test-threads=1
 	$(CARGO) test --locked --lib -- --ignored cm::tests::lifecycle
 	@# The Rust API's example (issue 32): connect, DREQ 220 bytes, DREP 224.
 	$(CARGO) run --locked --quiet --example connect | tail -n 1
 	@# The async API (feature tokio): its lints and tests, and the Rust
 	@# cmtime through both doors, briefly (scripts/perf/rust-vs-c-cmtime.sh
 	@# times it against ibcm-cmtime).
-	$(CARGO) clippy --locked --all-targets --features tokio,sideway -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets --features tokio,sideway -- -D warnings
 	@# QpAttributes as a sideway QP's (feature sideway: cmake and libclang).
 	$(CARGO) test --locked --features sideway --lib api::sideway
 	$(CARGO) test --locked --features tokio --test 'rust_api_*' -- --test-threads=1
@@ -271,7 +273,13 @@ run:
 	   { cat $(BUILD)/run-build.log; echo "make run: the build failed"; exit 1; }
 	@LD_LIBRARY_PATH=$(STAGE)/lib $(BUILD)/ibcm-cmtime -c $(CONNECTIONS)
 
+# The crate graph and the places that hold unsafe, as docs/architecture.md
+# draws them (scripts/check-layers.py).
+layers-check:
+	@python3 scripts/check-layers.py
+
 check: deps
+	$(MAKE) layers-check
 	$(MAKE) rust-check
 	$(MAKE) miri
 	$(MAKE) tsan

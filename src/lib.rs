@@ -13,7 +13,6 @@
 pub mod abi;
 pub mod api;
 pub mod cm;
-pub mod errno;
 pub mod ffi;
 pub mod log;
 pub(crate) mod os;
@@ -21,11 +20,12 @@ pub mod pcap;
 pub mod refusal;
 pub mod sa;
 pub mod switch;
-#[cfg(test)]
-mod test_rng;
-pub mod timer;
 pub mod transport;
-pub mod wire;
+
+// The crates below the root, under the names the modules here know them by.
+pub use ib_cm_engine::timer;
+pub use ib_cm_wire as wire;
+pub use ib_cm_wire::errno;
 
 pub use api::aio;
 pub use api::handler;

@@ -24,7 +24,7 @@ mod lap;
 mod listen;
 mod lost;
 mod mra;
-pub mod path;
+pub use ib_cm_engine::path;
 pub mod qp_attr;
 pub(crate) mod recv;
 mod rej;

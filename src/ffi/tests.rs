@@ -135,10 +135,8 @@ fn refusals_a_bad_parameter_names_it_and_its_value() {
     let mut path = super::path::to_c(&pair.req_params().primary_path);
     let mut p = req_param(&mut path, 0);
     // SAFETY: `p` and the path it points to live for the call.
-    assert_eq!(
-        unsafe { ib_send_cm_req(c_id(&pair.active), &mut p) },
-        -libc::EINVAL
-    );
+    let rc = unsafe { ib_send_cm_req(c_id(&pair.active), &mut p) };
+    assert_eq!(rc, -libc::EINVAL);
     let line = one_line(&capture, &["ib_send_cm_req: "]);
     assert!(
         line.ends_with(": qp_type 0 is not RC, UC or XRC_INI (-EINVAL)\n"),

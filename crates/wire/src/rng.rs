@@ -1,11 +1,12 @@
-//! A deterministic random source for tests: xorshift64*, so a failure replays
-//! from its seed. (The in-process fabric's fault injection keeps its own
-//! inline copy: it is not test-only.)
+//! A deterministic random source: xorshift64*, so a test or a fault-injection
+//! run replays from its seed.
 
+/// xorshift64* state; never 0 (a zero state stays zero).
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -14,6 +15,6 @@ impl Rng {
 
     /// A number in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }

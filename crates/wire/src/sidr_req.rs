@@ -53,7 +53,7 @@ impl SidrReq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table};
+    use crate::test_util::{Access::*, check_table};
 
     #[test]
     fn round_trip_with_distinct_and_max_values() {
@@ -91,12 +91,9 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_SIDR_REQ_REQUESTID", CM_SIDR_REQ_REQUESTID);
-        crate::wire::field::reference::field(
-            "CM_SIDR_REQ_PARTITION_KEY",
-            CM_SIDR_REQ_PARTITION_KEY,
-        );
-        crate::wire::field::reference::field64("CM_SIDR_REQ_SERVICEID", CM_SIDR_REQ_SERVICEID);
-        crate::wire::field::reference::bytes("CM_SIDR_REQ_PRIVATE_DATA", CM_SIDR_REQ_PRIVATE_DATA);
+        crate::field::reference::field("CM_SIDR_REQ_REQUESTID", CM_SIDR_REQ_REQUESTID);
+        crate::field::reference::field("CM_SIDR_REQ_PARTITION_KEY", CM_SIDR_REQ_PARTITION_KEY);
+        crate::field::reference::field64("CM_SIDR_REQ_SERVICEID", CM_SIDR_REQ_SERVICEID);
+        crate::field::reference::bytes("CM_SIDR_REQ_PRIVATE_DATA", CM_SIDR_REQ_PRIVATE_DATA);
     }
 }

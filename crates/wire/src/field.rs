@@ -230,7 +230,7 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod reference {
     use super::*;
-    use crate::test_rng::Rng;
+    use crate::rng::Rng;
 
     /// Random MADs per field: a handful under Miri, which interprets each
     /// byte of them (2,000 took minutes a field there).
@@ -243,7 +243,7 @@ pub(crate) mod reference {
         std::array::from_fn(|_| match kind {
             0 => 0xff,
             1 => 0,
-            _ => rng.next() as u8,
+            _ => rng.next_u64() as u8,
         })
     }
 
@@ -254,7 +254,7 @@ pub(crate) mod reference {
             0 => u32::MAX,
             1 => 0,
             2 => 1u32 << rng.below(32),
-            _ => rng.next() as u32,
+            _ => rng.next_u64() as u32,
         }
     }
 
@@ -331,7 +331,7 @@ pub(crate) mod reference {
                 .iter()
                 .fold(0u64, |w, &b| (w << 8) | u64::from(b));
             assert_eq!(f.get(&mad), r, "{name}: get");
-            let v = rng.next();
+            let v = rng.next_u64();
             let (mut a, mut b) = (mad, mad);
             f.set(&mut a, v);
             for i in 0..8 {
@@ -353,7 +353,7 @@ pub(crate) mod reference {
             }
             let mut v = [0u8; N];
             for x in v.iter_mut() {
-                *x = rng.next() as u8;
+                *x = rng.next_u64() as u8;
             }
             let (mut a, mut b) = (mad, mad);
             f.set(&mut a, &v);

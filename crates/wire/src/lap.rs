@@ -97,7 +97,7 @@ impl Lap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// No kernel since 2019 sends a LAP, so there is no capture: this dump was
     /// written by hand from Table 114 (kernel-cm-spec.md §3.4), which agrees
@@ -220,54 +220,48 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_LAP_LOCAL_COMM_ID", CM_LAP_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_LAP_REMOTE_COMM_ID", CM_LAP_REMOTE_COMM_ID);
-        crate::wire::field::reference::field("CM_LAP_REMOTE_QPN_EECN", CM_LAP_REMOTE_QPN_EECN);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_LAP_LOCAL_COMM_ID", CM_LAP_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_LAP_REMOTE_COMM_ID", CM_LAP_REMOTE_COMM_ID);
+        crate::field::reference::field("CM_LAP_REMOTE_QPN_EECN", CM_LAP_REMOTE_QPN_EECN);
+        crate::field::reference::field(
             "CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT",
             CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_LAP_ALTERNATE_LOCAL_PORT_LID",
             CM_LAP_ALTERNATE_LOCAL_PORT_LID,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_LAP_ALTERNATE_REMOTE_PORT_LID",
             CM_LAP_ALTERNATE_REMOTE_PORT_LID,
         );
-        crate::wire::field::reference::bytes(
+        crate::field::reference::bytes(
             "CM_LAP_ALTERNATE_LOCAL_PORT_GID",
             CM_LAP_ALTERNATE_LOCAL_PORT_GID,
         );
-        crate::wire::field::reference::bytes(
+        crate::field::reference::bytes(
             "CM_LAP_ALTERNATE_REMOTE_PORT_GID",
             CM_LAP_ALTERNATE_REMOTE_PORT_GID,
         );
-        crate::wire::field::reference::field(
-            "CM_LAP_ALTERNATE_FLOW_LABEL",
-            CM_LAP_ALTERNATE_FLOW_LABEL,
-        );
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_LAP_ALTERNATE_FLOW_LABEL", CM_LAP_ALTERNATE_FLOW_LABEL);
+        crate::field::reference::field(
             "CM_LAP_ALTERNATE_TRAFFIC_CLASS",
             CM_LAP_ALTERNATE_TRAFFIC_CLASS,
         );
-        crate::wire::field::reference::field(
-            "CM_LAP_ALTERNATE_HOP_LIMIT",
-            CM_LAP_ALTERNATE_HOP_LIMIT,
-        );
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_LAP_ALTERNATE_HOP_LIMIT", CM_LAP_ALTERNATE_HOP_LIMIT);
+        crate::field::reference::field(
             "CM_LAP_ALTERNATE_PACKET_RATE",
             CM_LAP_ALTERNATE_PACKET_RATE,
         );
-        crate::wire::field::reference::field("CM_LAP_ALTERNATE_SL", CM_LAP_ALTERNATE_SL);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_LAP_ALTERNATE_SL", CM_LAP_ALTERNATE_SL);
+        crate::field::reference::field(
             "CM_LAP_ALTERNATE_SUBNET_LOCAL",
             CM_LAP_ALTERNATE_SUBNET_LOCAL,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT",
             CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT,
         );
-        crate::wire::field::reference::bytes("CM_LAP_PRIVATE_DATA", CM_LAP_PRIVATE_DATA);
+        crate::field::reference::bytes("CM_LAP_PRIVATE_DATA", CM_LAP_PRIVATE_DATA);
     }
 }

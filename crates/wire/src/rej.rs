@@ -82,7 +82,7 @@ impl Rej {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// c2-userspace-A-vs-kernel-B.pcap: the userspace agent's REJ (reason 28) that B's kernel CM
     /// accepted as the answer to its REQ (decode_cm_pcap.py --hex 0x12).
@@ -186,15 +186,12 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_REJ_LOCAL_COMM_ID", CM_REJ_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_REJ_REMOTE_COMM_ID", CM_REJ_REMOTE_COMM_ID);
-        crate::wire::field::reference::field("CM_REJ_MESSAGE_REJECTED", CM_REJ_MESSAGE_REJECTED);
-        crate::wire::field::reference::field(
-            "CM_REJ_REJECTED_INFO_LENGTH",
-            CM_REJ_REJECTED_INFO_LENGTH,
-        );
-        crate::wire::field::reference::field("CM_REJ_REASON", CM_REJ_REASON);
-        crate::wire::field::reference::bytes("CM_REJ_ARI", CM_REJ_ARI);
-        crate::wire::field::reference::bytes("CM_REJ_PRIVATE_DATA", CM_REJ_PRIVATE_DATA);
+        crate::field::reference::field("CM_REJ_LOCAL_COMM_ID", CM_REJ_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_REJ_REMOTE_COMM_ID", CM_REJ_REMOTE_COMM_ID);
+        crate::field::reference::field("CM_REJ_MESSAGE_REJECTED", CM_REJ_MESSAGE_REJECTED);
+        crate::field::reference::field("CM_REJ_REJECTED_INFO_LENGTH", CM_REJ_REJECTED_INFO_LENGTH);
+        crate::field::reference::field("CM_REJ_REASON", CM_REJ_REASON);
+        crate::field::reference::bytes("CM_REJ_ARI", CM_REJ_ARI);
+        crate::field::reference::bytes("CM_REJ_PRIVATE_DATA", CM_REJ_PRIVATE_DATA);
     }
 }

@@ -30,7 +30,7 @@ fn run_until_first<T>(t: &mut Timers<T>) -> (Instant, T, usize) {
     unreachable!()
 }
 
-use crate::test_rng::Rng;
+use ib_cm_wire::rng::Rng;
 
 #[test]
 fn timers_fire_in_deadline_order_and_cancelled_ones_never_fire() {

@@ -134,7 +134,7 @@ impl Rep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// c1-kernel-cm-rping.pcap, kernel REP 10.78.0.2 -> 10.78.0.1 (decode_cm_pcap.py --hex 0x13).
     const KERNEL_REP: &str = "
@@ -196,7 +196,7 @@ mod tests {
         00f0: 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
 
     #[test]
-    fn hardening_12_kernel_xrc_tgt_rep_captured_on_softroce_decodes_and_re_encodes() {
+    fn kernel_xrc_tgt_rep_captured_on_softroce_decodes_and_re_encodes() {
         let captured = mad_from_dump(KERNEL_XRC_TGT_REP);
         let rep = Rep::decode(&captured).unwrap();
         let mut private_data = [0; 196];
@@ -309,32 +309,29 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_REP_LOCAL_COMM_ID", CM_REP_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_REP_REMOTE_COMM_ID", CM_REP_REMOTE_COMM_ID);
-        crate::wire::field::reference::field("CM_REP_LOCAL_Q_KEY", CM_REP_LOCAL_Q_KEY);
-        crate::wire::field::reference::field("CM_REP_LOCAL_QPN", CM_REP_LOCAL_QPN);
-        crate::wire::field::reference::field("CM_REP_VENDOR_ID_H", CM_REP_VENDOR_ID_H);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REP_LOCAL_COMM_ID", CM_REP_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_REP_REMOTE_COMM_ID", CM_REP_REMOTE_COMM_ID);
+        crate::field::reference::field("CM_REP_LOCAL_Q_KEY", CM_REP_LOCAL_Q_KEY);
+        crate::field::reference::field("CM_REP_LOCAL_QPN", CM_REP_LOCAL_QPN);
+        crate::field::reference::field("CM_REP_VENDOR_ID_H", CM_REP_VENDOR_ID_H);
+        crate::field::reference::field(
             "CM_REP_LOCAL_EE_CONTEXT_NUMBER",
             CM_REP_LOCAL_EE_CONTEXT_NUMBER,
         );
-        crate::wire::field::reference::field("CM_REP_VENDOR_ID_M", CM_REP_VENDOR_ID_M);
-        crate::wire::field::reference::field("CM_REP_STARTING_PSN", CM_REP_STARTING_PSN);
-        crate::wire::field::reference::field("CM_REP_VENDOR_ID_L", CM_REP_VENDOR_ID_L);
-        crate::wire::field::reference::field(
-            "CM_REP_RESPONDER_RESOURCES",
-            CM_REP_RESPONDER_RESOURCES,
-        );
-        crate::wire::field::reference::field("CM_REP_INITIATOR_DEPTH", CM_REP_INITIATOR_DEPTH);
-        crate::wire::field::reference::field("CM_REP_TARGET_ACK_DELAY", CM_REP_TARGET_ACK_DELAY);
-        crate::wire::field::reference::field("CM_REP_FAILOVER_ACCEPTED", CM_REP_FAILOVER_ACCEPTED);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REP_VENDOR_ID_M", CM_REP_VENDOR_ID_M);
+        crate::field::reference::field("CM_REP_STARTING_PSN", CM_REP_STARTING_PSN);
+        crate::field::reference::field("CM_REP_VENDOR_ID_L", CM_REP_VENDOR_ID_L);
+        crate::field::reference::field("CM_REP_RESPONDER_RESOURCES", CM_REP_RESPONDER_RESOURCES);
+        crate::field::reference::field("CM_REP_INITIATOR_DEPTH", CM_REP_INITIATOR_DEPTH);
+        crate::field::reference::field("CM_REP_TARGET_ACK_DELAY", CM_REP_TARGET_ACK_DELAY);
+        crate::field::reference::field("CM_REP_FAILOVER_ACCEPTED", CM_REP_FAILOVER_ACCEPTED);
+        crate::field::reference::field(
             "CM_REP_END_TO_END_FLOW_CONTROL",
             CM_REP_END_TO_END_FLOW_CONTROL,
         );
-        crate::wire::field::reference::field("CM_REP_RNR_RETRY_COUNT", CM_REP_RNR_RETRY_COUNT);
-        crate::wire::field::reference::field("CM_REP_SRQ", CM_REP_SRQ);
-        crate::wire::field::reference::field64("CM_REP_LOCAL_CA_GUID", CM_REP_LOCAL_CA_GUID);
-        crate::wire::field::reference::bytes("CM_REP_PRIVATE_DATA", CM_REP_PRIVATE_DATA);
+        crate::field::reference::field("CM_REP_RNR_RETRY_COUNT", CM_REP_RNR_RETRY_COUNT);
+        crate::field::reference::field("CM_REP_SRQ", CM_REP_SRQ);
+        crate::field::reference::field64("CM_REP_LOCAL_CA_GUID", CM_REP_LOCAL_CA_GUID);
+        crate::field::reference::bytes("CM_REP_PRIVATE_DATA", CM_REP_PRIVATE_DATA);
     }
 }

@@ -80,7 +80,7 @@ impl Apr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// Written by hand from Table 115 (no kernel sends APRs any more), which
     /// agrees with the pre-2020 kernel's packed `struct cm_apr_msg`: status 5
@@ -173,17 +173,17 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_APR_LOCAL_COMM_ID", CM_APR_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_APR_REMOTE_COMM_ID", CM_APR_REMOTE_COMM_ID);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_APR_LOCAL_COMM_ID", CM_APR_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_APR_REMOTE_COMM_ID", CM_APR_REMOTE_COMM_ID);
+        crate::field::reference::field(
             "CM_APR_ADDITIONAL_INFORMATION_LENGTH",
             CM_APR_ADDITIONAL_INFORMATION_LENGTH,
         );
-        crate::wire::field::reference::field("CM_APR_AR_STATUS", CM_APR_AR_STATUS);
-        crate::wire::field::reference::bytes(
+        crate::field::reference::field("CM_APR_AR_STATUS", CM_APR_AR_STATUS);
+        crate::field::reference::bytes(
             "CM_APR_ADDITIONAL_INFORMATION",
             CM_APR_ADDITIONAL_INFORMATION,
         );
-        crate::wire::field::reference::bytes("CM_APR_PRIVATE_DATA", CM_APR_PRIVATE_DATA);
+        crate::field::reference::bytes("CM_APR_PRIVATE_DATA", CM_APR_PRIVATE_DATA);
     }
 }

@@ -54,7 +54,7 @@ impl Dreq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// c1-kernel-cm-rping.pcap, kernel DREQ 10.78.0.1 -> 10.78.0.2 (decode_cm_pcap.py --hex 0x15).
     const KERNEL_DREQ: &str = "
@@ -157,9 +157,9 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_DREQ_LOCAL_COMM_ID", CM_DREQ_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_DREQ_REMOTE_COMM_ID", CM_DREQ_REMOTE_COMM_ID);
-        crate::wire::field::reference::field("CM_DREQ_REMOTE_QPN_EECN", CM_DREQ_REMOTE_QPN_EECN);
-        crate::wire::field::reference::bytes("CM_DREQ_PRIVATE_DATA", CM_DREQ_PRIVATE_DATA);
+        crate::field::reference::field("CM_DREQ_LOCAL_COMM_ID", CM_DREQ_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_DREQ_REMOTE_COMM_ID", CM_DREQ_REMOTE_COMM_ID);
+        crate::field::reference::field("CM_DREQ_REMOTE_QPN_EECN", CM_DREQ_REMOTE_QPN_EECN);
+        crate::field::reference::bytes("CM_DREQ_PRIVATE_DATA", CM_DREQ_PRIVATE_DATA);
     }
 }

@@ -327,8 +327,8 @@ impl Req {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::parse_header;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::parse_header;
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// c2-userspace-A-vs-kernel-B.pcap: B's kernel rdma_cm REQ received by A's userspace agent
     /// (NOTES.md §C2; decode_cm_pcap.py --hex 0x10 gives all 256 bytes).
@@ -563,130 +563,112 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_REQ_LOCAL_COMM_ID", CM_REQ_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_REQ_VENDOR_ID", CM_REQ_VENDOR_ID);
-        crate::wire::field::reference::field64("CM_REQ_SERVICE_ID", CM_REQ_SERVICE_ID);
-        crate::wire::field::reference::field64("CM_REQ_LOCAL_CA_GUID", CM_REQ_LOCAL_CA_GUID);
-        crate::wire::field::reference::field("CM_REQ_LOCAL_Q_KEY", CM_REQ_LOCAL_Q_KEY);
-        crate::wire::field::reference::field("CM_REQ_LOCAL_QPN", CM_REQ_LOCAL_QPN);
-        crate::wire::field::reference::field(
-            "CM_REQ_RESPONDER_RESOURCES",
-            CM_REQ_RESPONDER_RESOURCES,
-        );
-        crate::wire::field::reference::field("CM_REQ_LOCAL_EECN", CM_REQ_LOCAL_EECN);
-        crate::wire::field::reference::field("CM_REQ_INITIATOR_DEPTH", CM_REQ_INITIATOR_DEPTH);
-        crate::wire::field::reference::field("CM_REQ_REMOTE_EECN", CM_REQ_REMOTE_EECN);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_LOCAL_COMM_ID", CM_REQ_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_REQ_VENDOR_ID", CM_REQ_VENDOR_ID);
+        crate::field::reference::field64("CM_REQ_SERVICE_ID", CM_REQ_SERVICE_ID);
+        crate::field::reference::field64("CM_REQ_LOCAL_CA_GUID", CM_REQ_LOCAL_CA_GUID);
+        crate::field::reference::field("CM_REQ_LOCAL_Q_KEY", CM_REQ_LOCAL_Q_KEY);
+        crate::field::reference::field("CM_REQ_LOCAL_QPN", CM_REQ_LOCAL_QPN);
+        crate::field::reference::field("CM_REQ_RESPONDER_RESOURCES", CM_REQ_RESPONDER_RESOURCES);
+        crate::field::reference::field("CM_REQ_LOCAL_EECN", CM_REQ_LOCAL_EECN);
+        crate::field::reference::field("CM_REQ_INITIATOR_DEPTH", CM_REQ_INITIATOR_DEPTH);
+        crate::field::reference::field("CM_REQ_REMOTE_EECN", CM_REQ_REMOTE_EECN);
+        crate::field::reference::field(
             "CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT",
             CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_TRANSPORT_SERVICE_TYPE",
             CM_REQ_TRANSPORT_SERVICE_TYPE,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_END_TO_END_FLOW_CONTROL",
             CM_REQ_END_TO_END_FLOW_CONTROL,
         );
-        crate::wire::field::reference::field("CM_REQ_STARTING_PSN", CM_REQ_STARTING_PSN);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_STARTING_PSN", CM_REQ_STARTING_PSN);
+        crate::field::reference::field(
             "CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT",
             CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT,
         );
-        crate::wire::field::reference::field("CM_REQ_RETRY_COUNT", CM_REQ_RETRY_COUNT);
-        crate::wire::field::reference::field("CM_REQ_PARTITION_KEY", CM_REQ_PARTITION_KEY);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_RETRY_COUNT", CM_REQ_RETRY_COUNT);
+        crate::field::reference::field("CM_REQ_PARTITION_KEY", CM_REQ_PARTITION_KEY);
+        crate::field::reference::field(
             "CM_REQ_PATH_PACKET_PAYLOAD_MTU",
             CM_REQ_PATH_PACKET_PAYLOAD_MTU,
         );
-        crate::wire::field::reference::field("CM_REQ_RDC_EXISTS", CM_REQ_RDC_EXISTS);
-        crate::wire::field::reference::field("CM_REQ_RNR_RETRY_COUNT", CM_REQ_RNR_RETRY_COUNT);
-        crate::wire::field::reference::field("CM_REQ_MAX_CM_RETRIES", CM_REQ_MAX_CM_RETRIES);
-        crate::wire::field::reference::field("CM_REQ_SRQ", CM_REQ_SRQ);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_RDC_EXISTS", CM_REQ_RDC_EXISTS);
+        crate::field::reference::field("CM_REQ_RNR_RETRY_COUNT", CM_REQ_RNR_RETRY_COUNT);
+        crate::field::reference::field("CM_REQ_MAX_CM_RETRIES", CM_REQ_MAX_CM_RETRIES);
+        crate::field::reference::field("CM_REQ_SRQ", CM_REQ_SRQ);
+        crate::field::reference::field(
             "CM_REQ_EXTENDED_TRANSPORT_TYPE",
             CM_REQ_EXTENDED_TRANSPORT_TYPE,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_PRIMARY_LOCAL_PORT_LID",
             CM_REQ_PRIMARY_LOCAL_PORT_LID,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_PRIMARY_REMOTE_PORT_LID",
             CM_REQ_PRIMARY_REMOTE_PORT_LID,
         );
-        crate::wire::field::reference::bytes(
+        crate::field::reference::bytes(
             "CM_REQ_PRIMARY_LOCAL_PORT_GID",
             CM_REQ_PRIMARY_LOCAL_PORT_GID,
         );
-        crate::wire::field::reference::bytes(
+        crate::field::reference::bytes(
             "CM_REQ_PRIMARY_REMOTE_PORT_GID",
             CM_REQ_PRIMARY_REMOTE_PORT_GID,
         );
-        crate::wire::field::reference::field(
-            "CM_REQ_PRIMARY_FLOW_LABEL",
-            CM_REQ_PRIMARY_FLOW_LABEL,
-        );
-        crate::wire::field::reference::field(
-            "CM_REQ_PRIMARY_PACKET_RATE",
-            CM_REQ_PRIMARY_PACKET_RATE,
-        );
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_PRIMARY_FLOW_LABEL", CM_REQ_PRIMARY_FLOW_LABEL);
+        crate::field::reference::field("CM_REQ_PRIMARY_PACKET_RATE", CM_REQ_PRIMARY_PACKET_RATE);
+        crate::field::reference::field(
             "CM_REQ_PRIMARY_TRAFFIC_CLASS",
             CM_REQ_PRIMARY_TRAFFIC_CLASS,
         );
-        crate::wire::field::reference::field("CM_REQ_PRIMARY_HOP_LIMIT", CM_REQ_PRIMARY_HOP_LIMIT);
-        crate::wire::field::reference::field("CM_REQ_PRIMARY_SL", CM_REQ_PRIMARY_SL);
-        crate::wire::field::reference::field(
-            "CM_REQ_PRIMARY_SUBNET_LOCAL",
-            CM_REQ_PRIMARY_SUBNET_LOCAL,
-        );
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_PRIMARY_HOP_LIMIT", CM_REQ_PRIMARY_HOP_LIMIT);
+        crate::field::reference::field("CM_REQ_PRIMARY_SL", CM_REQ_PRIMARY_SL);
+        crate::field::reference::field("CM_REQ_PRIMARY_SUBNET_LOCAL", CM_REQ_PRIMARY_SUBNET_LOCAL);
+        crate::field::reference::field(
             "CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT",
             CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_ALTERNATE_LOCAL_PORT_LID",
             CM_REQ_ALTERNATE_LOCAL_PORT_LID,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_ALTERNATE_REMOTE_PORT_LID",
             CM_REQ_ALTERNATE_REMOTE_PORT_LID,
         );
-        crate::wire::field::reference::bytes(
+        crate::field::reference::bytes(
             "CM_REQ_ALTERNATE_LOCAL_PORT_GID",
             CM_REQ_ALTERNATE_LOCAL_PORT_GID,
         );
-        crate::wire::field::reference::bytes(
+        crate::field::reference::bytes(
             "CM_REQ_ALTERNATE_REMOTE_PORT_GID",
             CM_REQ_ALTERNATE_REMOTE_PORT_GID,
         );
-        crate::wire::field::reference::field(
-            "CM_REQ_ALTERNATE_FLOW_LABEL",
-            CM_REQ_ALTERNATE_FLOW_LABEL,
-        );
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_ALTERNATE_FLOW_LABEL", CM_REQ_ALTERNATE_FLOW_LABEL);
+        crate::field::reference::field(
             "CM_REQ_ALTERNATE_PACKET_RATE",
             CM_REQ_ALTERNATE_PACKET_RATE,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_ALTERNATE_TRAFFIC_CLASS",
             CM_REQ_ALTERNATE_TRAFFIC_CLASS,
         );
-        crate::wire::field::reference::field(
-            "CM_REQ_ALTERNATE_HOP_LIMIT",
-            CM_REQ_ALTERNATE_HOP_LIMIT,
-        );
-        crate::wire::field::reference::field("CM_REQ_ALTERNATE_SL", CM_REQ_ALTERNATE_SL);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_REQ_ALTERNATE_HOP_LIMIT", CM_REQ_ALTERNATE_HOP_LIMIT);
+        crate::field::reference::field("CM_REQ_ALTERNATE_SL", CM_REQ_ALTERNATE_SL);
+        crate::field::reference::field(
             "CM_REQ_ALTERNATE_SUBNET_LOCAL",
             CM_REQ_ALTERNATE_SUBNET_LOCAL,
         );
-        crate::wire::field::reference::field(
+        crate::field::reference::field(
             "CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT",
             CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT,
         );
-        crate::wire::field::reference::field("CM_REQ_SAP_SUPPORTED", CM_REQ_SAP_SUPPORTED);
-        crate::wire::field::reference::bytes("CM_REQ_PRIVATE_DATA", CM_REQ_PRIVATE_DATA);
+        crate::field::reference::field("CM_REQ_SAP_SUPPORTED", CM_REQ_SAP_SUPPORTED);
+        crate::field::reference::bytes("CM_REQ_PRIVATE_DATA", CM_REQ_PRIVATE_DATA);
     }
 }

@@ -60,7 +60,7 @@ impl Mra {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table};
+    use crate::test_util::{Access::*, check_table};
 
     #[test]
     fn round_trip_with_distinct_and_max_values() {
@@ -112,10 +112,10 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_MRA_LOCAL_COMM_ID", CM_MRA_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_MRA_REMOTE_COMM_ID", CM_MRA_REMOTE_COMM_ID);
-        crate::wire::field::reference::field("CM_MRA_MESSAGE_MRAED", CM_MRA_MESSAGE_MRAED);
-        crate::wire::field::reference::field("CM_MRA_SERVICE_TIMEOUT", CM_MRA_SERVICE_TIMEOUT);
-        crate::wire::field::reference::bytes("CM_MRA_PRIVATE_DATA", CM_MRA_PRIVATE_DATA);
+        crate::field::reference::field("CM_MRA_LOCAL_COMM_ID", CM_MRA_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_MRA_REMOTE_COMM_ID", CM_MRA_REMOTE_COMM_ID);
+        crate::field::reference::field("CM_MRA_MESSAGE_MRAED", CM_MRA_MESSAGE_MRAED);
+        crate::field::reference::field("CM_MRA_SERVICE_TIMEOUT", CM_MRA_SERVICE_TIMEOUT);
+        crate::field::reference::bytes("CM_MRA_PRIVATE_DATA", CM_MRA_PRIVATE_DATA);
     }
 }

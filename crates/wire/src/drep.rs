@@ -47,7 +47,7 @@ impl Drep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table, mad_from_dump};
+    use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// c1-kernel-cm-rping.pcap, kernel DREP 10.78.0.2 -> 10.78.0.1 (decode_cm_pcap.py --hex 0x16).
     const KERNEL_DREP: &str = "
@@ -144,8 +144,8 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_DREP_LOCAL_COMM_ID", CM_DREP_LOCAL_COMM_ID);
-        crate::wire::field::reference::field("CM_DREP_REMOTE_COMM_ID", CM_DREP_REMOTE_COMM_ID);
-        crate::wire::field::reference::bytes("CM_DREP_PRIVATE_DATA", CM_DREP_PRIVATE_DATA);
+        crate::field::reference::field("CM_DREP_LOCAL_COMM_ID", CM_DREP_LOCAL_COMM_ID);
+        crate::field::reference::field("CM_DREP_REMOTE_COMM_ID", CM_DREP_REMOTE_COMM_ID);
+        crate::field::reference::bytes("CM_DREP_PRIVATE_DATA", CM_DREP_PRIVATE_DATA);
     }
 }

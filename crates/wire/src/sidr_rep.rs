@@ -89,7 +89,7 @@ impl SidrRep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::test_util::{Access::*, check_table};
+    use crate::test_util::{Access::*, check_table};
 
     #[test]
     fn round_trip_with_distinct_and_max_values() {
@@ -156,21 +156,21 @@ mod accessors_match_the_reference {
 
     #[test]
     fn every_field_reads_and_writes_like_the_byte_loop_and_bit_by_bit_references() {
-        crate::wire::field::reference::field("CM_SIDR_REP_REQUESTID", CM_SIDR_REP_REQUESTID);
-        crate::wire::field::reference::field("CM_SIDR_REP_STATUS", CM_SIDR_REP_STATUS);
-        crate::wire::field::reference::field(
+        crate::field::reference::field("CM_SIDR_REP_REQUESTID", CM_SIDR_REP_REQUESTID);
+        crate::field::reference::field("CM_SIDR_REP_STATUS", CM_SIDR_REP_STATUS);
+        crate::field::reference::field(
             "CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH",
             CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH,
         );
-        crate::wire::field::reference::field("CM_SIDR_REP_VENDOR_ID_H", CM_SIDR_REP_VENDOR_ID_H);
-        crate::wire::field::reference::field("CM_SIDR_REP_QPN", CM_SIDR_REP_QPN);
-        crate::wire::field::reference::field("CM_SIDR_REP_VENDOR_ID_L", CM_SIDR_REP_VENDOR_ID_L);
-        crate::wire::field::reference::field64("CM_SIDR_REP_SERVICEID", CM_SIDR_REP_SERVICEID);
-        crate::wire::field::reference::field("CM_SIDR_REP_Q_KEY", CM_SIDR_REP_Q_KEY);
-        crate::wire::field::reference::bytes(
+        crate::field::reference::field("CM_SIDR_REP_VENDOR_ID_H", CM_SIDR_REP_VENDOR_ID_H);
+        crate::field::reference::field("CM_SIDR_REP_QPN", CM_SIDR_REP_QPN);
+        crate::field::reference::field("CM_SIDR_REP_VENDOR_ID_L", CM_SIDR_REP_VENDOR_ID_L);
+        crate::field::reference::field64("CM_SIDR_REP_SERVICEID", CM_SIDR_REP_SERVICEID);
+        crate::field::reference::field("CM_SIDR_REP_Q_KEY", CM_SIDR_REP_Q_KEY);
+        crate::field::reference::bytes(
             "CM_SIDR_REP_ADDITIONAL_INFORMATION",
             CM_SIDR_REP_ADDITIONAL_INFORMATION,
         );
-        crate::wire::field::reference::bytes("CM_SIDR_REP_PRIVATE_DATA", CM_SIDR_REP_PRIVATE_DATA);
+        crate::field::reference::bytes("CM_SIDR_REP_PRIVATE_DATA", CM_SIDR_REP_PRIVATE_DATA);
     }
 }

@@ -1,0 +1,13 @@
+//! The CM engine's parts that hold no I/O, no threads and no global state:
+//! the timing wheel its retransmissions and timewaits run on, and paths with
+//! the IBA time arithmetic the kernel CM derives its timeouts from.
+//!
+//! Everything here is a value and takes the time as an input (`Instant`s and
+//! `Duration`s handed in, never read from a clock it owns), so a test drives
+//! it on a virtual clock. The state machine moves here from the root crate's
+//! `cm` module message family by message family.
+
+#![forbid(unsafe_code)]
+
+pub mod path;
+pub mod timer;
