@@ -25,7 +25,7 @@ const LINKTYPE_ETHERNET: u32 = 1;
 const ROCE_V2_PORT: u16 = 4791;
 /// BTH opcode: UD SEND Only.
 const UD_SEND_ONLY: u8 = 0x64;
-const QP1_QKEY: u32 = 0x8001_0000;
+use crate::wire::QP1_QKEY;
 /// UDP payload: BTH (12) + DETH (8) + MAD + ICRC (4).
 const UDP_PAYLOAD: usize = 12 + 8 + MAD_SIZE + 4;
 

@@ -129,7 +129,7 @@ fn errno_name(errno: &i32) -> String {
 pub(super) fn call<T>(op: &'static str, f: impl FnOnce() -> Result<T, Errno>) -> Result<T> {
     if in_forked_child() {
         let rule = Rule::Text("a forked child: the CM's threads are the parent's");
-        return Err(Error::refused(op, Errno(libc::EOWNERDEAD), Some(rule)));
+        return Err(Error::refused(op, crate::errno::EOWNERDEAD, Some(rule)));
     }
     refusal::for_call(f).map_err(|(errno, rule)| Error::refused(op, errno, rule))
 }

@@ -28,7 +28,7 @@ use super::device::Device;
 use super::event::CmEvent;
 use super::id::CmIdPriv;
 use super::{destroy, listen, lost, recv, send, timewait};
-use crate::errno::{CmResult, EBUSY, EDEADLK, Errno};
+use crate::errno::{CmResult, EBUSY, EDEADLK};
 use crate::ibcm_log;
 use crate::refusal::{Rule, invalid, refuse};
 use crate::timer::{TimerId, Timers};
@@ -363,9 +363,9 @@ pub fn in_handler_of(addr: usize) -> bool {
     addr != 0 && IN_HANDLER.with(|h| h.get().contains(&addr))
 }
 
-/// `-EAGAIN`: the worker thread cannot be started (the system is out of
-/// threads or memory); the next call that needs it tries again.
-pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+// `-EAGAIN`: the worker thread cannot be started (the system is out of
+// threads or memory); the next call that needs it tries again.
+pub use crate::errno::EAGAIN;
 
 /// Starts the worker thread unless it runs already: `ibcm_open_device` calls
 /// this first, so a device is never open without a worker.

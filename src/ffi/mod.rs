@@ -30,8 +30,8 @@ use crate::errno::{CmResult, EIO, Errno};
 use crate::log::Level;
 use crate::refusal::{self, Neg, Rule};
 
-/// What a call returns in a forked child of a process that used the library.
-const EOWNERDEAD: Errno = Errno(libc::EOWNERDEAD);
+// What a call returns in a forked child of a process that used the library.
+use crate::errno::EOWNERDEAD;
 
 /// How an entry point reports an errno: `-errno`, `ERR_PTR(-errno)`, or not
 /// at all (`ib_destroy_cm_id`: the call is ignored).

@@ -21,18 +21,13 @@ use crate::wire::Mad;
 
 pub use pathrec::PathQuery;
 
-/// Subnet administration's management class and its version.
-pub const MGMT_CLASS_SA: u8 = 0x03;
-pub const SA_CLASS_VERSION: u8 = 2;
-/// The SA answers with this method to a SubnAdmGet.
-const METHOD_GET_RESP: u8 = 0x81;
+use crate::wire::sa::{MAD_STATUS_BUSY, METHOD_GET_RESP};
+pub use crate::wire::sa::{MGMT_CLASS_SA, SA_CLASS_VERSION};
 
-/// `-ETIMEDOUT`: what the kernel's SA callback gets when no answer came
-/// (`IB_WC_RESP_TIMEOUT_ERR`).
-pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
-/// `-EINTR`: a query cancelled, or flushed with its device
-/// (`IB_WC_WR_FLUSH_ERR`).
-pub const EINTR: Errno = Errno(libc::EINTR);
+// `-ETIMEDOUT`: what the kernel's SA callback gets when no answer came
+// (`IB_WC_RESP_TIMEOUT_ERR`); `-EINTR`: a query cancelled, or flushed with
+// its device (`IB_WC_WR_FLUSH_ERR`).
+pub use crate::errno::{EINTR, ETIMEDOUT};
 /// What `ibcm_init_path`'s queries take: rdma_cm's route resolution timeout,
 /// split over the first try and 3 retries.
 pub const DEFAULT_TIMEOUT_MS: u32 = 2000;
@@ -48,8 +43,6 @@ fn tid_low(mad: &Mad) -> u32 {
 /// discarded, ask again later). The path cache backs off and asks again;
 /// what reaches a caller is the kernel's `-EINVAL` ([`kernel_errno`]).
 pub const BUSY: Errno = Errno(libc::EBUSY);
-/// The Busy bit of the common MAD status.
-const MAD_STATUS_BUSY: u16 = 0x0001;
 
 /// The status of an SA answer: 0, [`BUSY`], or `-EINVAL` for any other
 /// error status (the SA's reason is in the MAD, not in the errno).

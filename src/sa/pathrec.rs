@@ -4,13 +4,10 @@
 use super::{MGMT_CLASS_SA, SA_CLASS_VERSION, status_errno};
 use crate::cm::path::{Path, REC_TYPE_IB};
 use crate::errno::CmResult;
+use crate::wire::sa::{
+    ATTR_PATH_RECORD, COMP_MASK_OFFSET, METHOD_GET, RECORD_OFFSET as DATA_OFFSET,
+};
 use crate::wire::{MAD_SIZE, Mad};
-
-const METHOD_GET: u8 = 0x01;
-const ATTR_PATH_RECORD: u16 = 0x0035;
-/// Where the SA header's ComponentMask and the attribute start.
-const COMP_MASK_OFFSET: usize = 48;
-const DATA_OFFSET: usize = 56;
 /// The PathRecord attribute's size.
 pub const RECORD_SIZE: usize = 64;
 

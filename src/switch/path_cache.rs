@@ -57,14 +57,10 @@ pub(super) const SA_PENDING_MAX: usize = 1024;
 /// first try should not wait out a try of its own for it.
 const RESEND_STALE: Duration = Duration::from_secs(1);
 
-/// Where a SubnAdmGet's component mask and PathRecord are.
-const COMP_MASK_AT: usize = 48;
-const RECORD_AT: usize = 56;
-const METHOD_GET: u8 = 0x01;
-const METHOD_GET_RESP: u8 = 0x81;
-/// The Busy bit of a MAD's status: the SA dropped the query, not a verdict
-/// on the path.
-const STATUS_BUSY: u16 = 0x0001;
+use crate::wire::sa::{
+    COMP_MASK_OFFSET as COMP_MASK_AT, MAD_STATUS_BUSY as STATUS_BUSY, METHOD_GET, METHOD_GET_RESP,
+    RECORD_OFFSET as RECORD_AT,
+};
 
 /// An SA answer as it came, and whence: what a hit hands on.
 #[derive(Clone, Copy)]

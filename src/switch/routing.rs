@@ -26,7 +26,7 @@ use super::rules::{
     LOCAL_COMM_ID, Peer, REMOTE_COMM_ID, Refusal, RoutedRequests, Sender, attr_id, be32, check_qp,
     check_send, named_qpns,
 };
-use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM, Errno};
+use crate::errno::{CmResult, EBUSY, EINVAL, ENODEV, ENOMEM};
 use crate::ibcm_log;
 use crate::log::Level;
 use crate::os::seqpacket::{PeerCred, SeqPacket};
@@ -42,9 +42,8 @@ const SERVICE_ID_AGN_MASK: u64 = 0xff00_0000_0000_0000;
 /// `IB_CM_REJ_INVALID_SERVICE_ID`, `IB_SIDR_UNSUPPORTED`.
 const REJ_INVALID_SERVICE_ID: u16 = 8;
 const SIDR_UNSUPPORTED: u8 = 1;
-/// The SA's management class: path queries of the processes.
-const MGMT_CLASS_SA: u8 = crate::sa::MGMT_CLASS_SA;
-const MGMT_CLASS_CM: u8 = crate::wire::MGMT_CLASS_CM;
+use crate::wire::MGMT_CLASS_CM;
+use crate::wire::sa::MGMT_CLASS_SA;
 /// How many service IDs one process may listen on through the daemon: far
 /// more than any real program (a server listens on a handful, rdma_cm's
 /// ucma on one per bound port), and a bound on what one process makes the
@@ -1353,7 +1352,7 @@ impl Switch {
                         why.why()
                     )
                 });
-                return Err(Errno(libc::EAGAIN));
+                return Err(EAGAIN);
             }
             if !why.is_spoof() {
                 self.count(SwitchCounter::TxRefused);
@@ -1493,8 +1492,7 @@ impl Switch {
     }
 }
 
-const EPERM: Errno = Errno(libc::EPERM);
-const EACCES: Errno = Errno(libc::EACCES);
+use crate::errno::{EACCES, EPERM};
 
 /// The port of an rdma_cm service ID below 1024: `(port space << 16) +
 /// port` (`cma_get_service_id`) in the port spaces IPoIB, TCP, UDP and IB.
@@ -1523,13 +1521,11 @@ fn may_bind_privileged(cred: PeerCred) -> bool {
 /// SubnAdmGet or SubnAdmGetTable of PathRecord: what the library's SA
 /// client sends (`ib_sa_path_rec_get`).
 fn is_path_query(mad: &Mad) -> bool {
-    const METHOD_GET: u8 = 0x01;
-    const METHOD_GET_TABLE: u8 = 0x12;
-    const ATTR_PATH_RECORD: u16 = 0x0035;
+    use crate::wire::sa::{ATTR_PATH_RECORD, METHOD_GET, METHOD_GET_TABLE};
     matches!(mad[3], METHOD_GET | METHOD_GET_TABLE)
         && u16::from_be_bytes([mad[16], mad[17]]) == ATTR_PATH_RECORD
 }
-const EAGAIN: Errno = Errno(libc::EAGAIN);
+use crate::errno::EAGAIN;
 
 /// A REJ, reason timeout, with remote comm ID 0.
 fn is_rej_timeout_for_nobody(mad: &Mad) -> bool {

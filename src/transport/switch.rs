@@ -27,7 +27,7 @@ use super::umad::UmadSender;
 use super::{IdSlice, LostFn, MadAddr, MadTransport, RecvFn};
 use crate::errno::{CmResult, EIO, ENODEV, Errno};
 
-const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+use crate::errno::ETIMEDOUT;
 use crate::ibcm_log;
 use crate::os::seqpacket::SeqPacket;
 use crate::switch::proto::{DeviceInfo, MAX_MESSAGE, ToClient, ToDaemon};
@@ -271,7 +271,7 @@ impl SwitchTransport {
         self.conn.send(&msg.encode(), true).map_err(|e| {
             match e.raw_os_error() {
                 // Full for ANSWER_TIMEOUT: the daemon is stuck; the MAD is lost.
-                Some(libc::EAGAIN) => Errno(libc::ENOBUFS),
+                Some(libc::EAGAIN) => crate::errno::ENOBUFS,
                 _ => ENODEV,
             }
         })

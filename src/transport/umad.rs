@@ -41,9 +41,9 @@ use crate::errno::{CmResult, EADDRINUSE, EBUSY, EINVAL, ELIBACC, ENODEV, Errno};
 use crate::ibcm_log;
 use crate::wire::{MAD_SIZE, Mad};
 
-/// The CM's GSI Q_Key and QP.
-const QP1_QKEY: u32 = 0x8001_0000;
-const GSI_QPN: u32 = 1;
+use crate::wire::{
+    CM_CLASS_VERSION, GSI_QPN, MAD_HDR_SIZE as MAD_HEADER_LEN, MGMT_CLASS_CM, QP1_QKEY,
+};
 
 /// How long the MAD layer keeps an SA query on its agent's wait list for the
 /// answer (the engine's own tries are shorter: a late answer to an earlier
@@ -51,11 +51,8 @@ const GSI_QPN: u32 = 1;
 /// timeout status, which the reader drops.
 const SA_SEND_TIMEOUT_MS: c_int = 10_000;
 
-const MGMT_CLASS_CM: u8 = 0x07;
-const CM_CLASS_VERSION: u8 = 2;
-const METHOD_SEND: u32 = 0x03;
-/// The common MAD header: the least a simulated port passes on.
-const MAD_HEADER_LEN: usize = 24;
+/// The CM's one method, as umad_reg_attr's method mask counts it.
+const METHOD_SEND: u32 = crate::wire::METHOD_SEND as u32;
 
 /// `struct umad_reg_attr` (umad.h).
 #[repr(C)]
@@ -654,7 +651,7 @@ impl UmadSender {
     pub fn open(dev: &str, port_nums: &[u8]) -> Option<Self> {
         let opened = (|| {
             if !port_nums.iter().all(|&p| may_open_umad(dev, p)) {
-                return Err(Errno(libc::EACCES));
+                return Err(crate::errno::EACCES);
             }
             let lib = loaded().map_err(|&(e, _)| e)?;
             let name = CString::new(dev).map_err(|_| EINVAL)?;
@@ -830,7 +827,7 @@ impl PollSet {
             for (port, revents) in ready {
                 let failed = if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
                     // What ib_umad's poll says once the device is removed.
-                    Some(Errno(libc::EIO))
+                    Some(crate::errno::EIO)
                 } else if revents & libc::POLLIN != 0 {
                     port.receive_burst().err()
                 } else {
@@ -1070,7 +1067,7 @@ impl Reader {
         let revents = fds[0].revents;
         if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
             // What ib_umad's poll says once the device is removed.
-            return Err(Some(Errno(libc::EIO)));
+            return Err(Some(crate::errno::EIO));
         }
         Ok(revents & libc::POLLIN != 0)
     }

@@ -20,6 +20,13 @@ pub const EIO: Errno = Errno(libc::EIO);
 pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
 pub const ELIBACC: Errno = Errno(libc::ELIBACC);
 pub const EDEADLK: Errno = Errno(libc::EDEADLK);
+pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+pub const EPERM: Errno = Errno(libc::EPERM);
+pub const EACCES: Errno = Errno(libc::EACCES);
+pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+pub const EINTR: Errno = Errno(libc::EINTR);
+pub const EOWNERDEAD: Errno = Errno(libc::EOWNERDEAD);
+pub const ENOBUFS: Errno = Errno(libc::ENOBUFS);
 
 impl Errno {
     /// The kernel-style return value: `-errno`.

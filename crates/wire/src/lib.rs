@@ -20,6 +20,7 @@ pub mod rep;
 pub mod req;
 pub mod rng;
 pub mod rtu;
+pub mod sa;
 pub mod sidr_rep;
 pub mod sidr_req;
 #[cfg(test)]
@@ -52,6 +53,10 @@ pub const MGMT_CLASS_CM: u8 = 0x07;
 pub const CM_CLASS_VERSION: u8 = 2;
 /// `IB_MGMT_METHOD_SEND`: the kernel CM sends every message with this method.
 pub const METHOD_SEND: u8 = 0x03;
+/// The GSI's QP (QP1), where every CM and SA MAD goes.
+pub const GSI_QPN: u32 = 1;
+/// `IB_QP1_QKEY`: the GSI's Q_Key.
+pub const QP1_QKEY: u32 = 0x8001_0000;
 
 /// CM attribute IDs (include/rdma/ib_cm.h, ib_mad.h).
 pub mod attr {
