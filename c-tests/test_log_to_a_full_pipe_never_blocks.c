@@ -7,7 +7,7 @@
  * write under the cm_id's lock (state changes, every MAD with debug) and on
  * the worker, so one stalled log reader stops the whole CM: here
  * ib_send_cm_req never returns. Expected: the line is lost and the
- * connection comes up, as with /dev/full (test_hardening_06_stderr_full).
+ * connection comes up, as with /dev/full (test_stderr_full_loses_only_log_lines).
  *
  * Fails on purpose (a finding): a SIGALRM watchdog reports the hang after
  * 10 s. The test's own messages go to stdout.

@@ -13,7 +13,7 @@
  * (here one that blocks). The caller gets no way to wait for it.
  *
  * Setup: a third loop device C with a listener whose handler blocks keeps
- * the worker busy (as in test_hardening_01); while it blocks, a REQ to C and
+ * the worker busy (as in test_req_queued_when_its_listener_is_destroyed); while it blocks, a REQ to C and
  * a REQ to B's listener are queued; released, the worker takes both REQs,
  * then blocks again in C's second handler with B's new id made and its event
  * queued. Then B's listener is destroyed (B has no other id the user knows)
