@@ -1,5 +1,6 @@
 /*
- * Hostile review of issue 10: create (by the worker) racing close.
+ * Create (by the worker) racing close (issue 10): a device whose every id
+ * the user knows was destroyed closes, although the worker made one more.
  *
  * ibcm_close_device(3): "Every cm_id of the device must have been destroyed
  * first"; -EBUSY: "cm_ids of the device still exist". A daemon shutting down
