@@ -1,7 +1,7 @@
 /*
  * An SA answer reaches the application thread that waits for it while a
- * handler holds the CM worker up (review of the worker that reads the umad
- * ports, point 2): the kernel's SA completes apart from the CM's workqueue.
+ * handler holds the CM worker up (when the worker reads the umad ports):
+ * the kernel's SA completes apart from the CM's workqueue.
  * By default the worker reads the CM's umad fd, and the SA client of an
  * InfiniBand port has an fd and a reader thread of its own; with
  * IBCM_UMAD_READER_THREADS=1 the port's reader thread reads both agents'

@@ -4,7 +4,6 @@
  * still gets its SA client, on the CM's fd, and keeps a reader thread for
  * both as without the worker reading: a handler's ibcm_init_path, which
  * waits on the worker, still gets the SA's answer. Close leaves nothing.
- * From two hostile reviews.
  * Stand-in libibumad over a fake sysfs (fixtures/fake_umad.c), the SM at
  * LID 5; the handler runs for a REQ on loop devices.
  */

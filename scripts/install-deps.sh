@@ -5,7 +5,7 @@
 # sideway), mandoc and groff (man pages),
 # tshark (test_pcap_tshark), dpkg-dev, lintian and a systemd-sysusers (make
 # deb, deb-check), ibsim, OpenSM and infiniband-diags (the simulated
-# InfiniBand fabric), strace (ibfabric.review-b's fault injection), gnuplot (make ibscale's
+# InfiniBand fabric), strace (ibfabric.daemon-faults' fault injection), gnuplot (make ibscale's
 # plot), an ibsim for the all-to-all (built under
 # build/ from third_party/, see build_ibsim below), a pinned cbindgen, and the rustfmt/clippy components. Idempotent and quiet when
 # everything is present.

@@ -1,5 +1,5 @@
 # Sourced by the ibfabric scripts that start their own simulated fabric
-# (privs.sh, review_b_daemon.sh; run.sh for cleanup and wait_for): what
+# (privs.sh, daemon_faults.sh; run.sh for cleanup and wait_for): what
 # they share. Needs $dir (the scenario's directory, the current one),
 # $here (this directory) and $sim_so (umad2sim).
 

@@ -8,7 +8,8 @@
 #
 #   run.sh PEER LOGDIR path|sa-errors|sa-rate|connect-a|connect-b|rej|sidr|killed|lap|scale|scale-drops|sa-async|sa-cancel|sm-move
 #          |fatN|fatN-drops (N HCAs in a two-level fat tree, fat_tree.py)
-#          |switch-mesh|switch-killed|switch-spoof|switch-hijack|switch-hostile-soak
+#          |switch-mesh|switch-killed|switch-spoof|switch-hijack
+#          |switch-misbehaving-tenants-soak
 #          |mesh-slow (issue 33: passive sides that fall behind, with and
 #           without the automatic MRA)
 #
@@ -165,9 +166,10 @@ counter() {
     "$IBCMD" --stats --socket "$dir/$1.sock" | sed -n "s/^$2 //p"
 }
 
-# The hostile-tenant scenarios start their ibcmd themselves (hostile.sh).
+# The tenant-isolation scenarios start their ibcmd themselves
+# (tenant_isolation.sh).
 case $scenario in
-switch-hijack | switch-hostile-soak) . "$here/hostile.sh"; exit ;;
+switch-hijack | switch-misbehaving-tenants-soak) . "$here/tenant_isolation.sh"; exit ;;
 esac
 
 case $scenario in

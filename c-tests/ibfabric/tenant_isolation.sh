@@ -1,32 +1,35 @@
-# The hostile-tenant scenarios of ibcmd (issue 30), sourced by run.sh once
-# the fabric is up (it gives on, through, counter, port_guid, port_lid,
-# wait_for, cleanup, $dir, $pids, $here, $sim_so):
+# The tenant-isolation scenarios of ibcmd (issue 30): misbehaving tenants
+# cannot hijack or starve the others. Sourced by run.sh once the fabric is up
+# (it gives on, through, counter, port_guid, port_lid, wait_for, cleanup,
+# $dir, $pids, $here, $sim_so):
 #
 #   switch-hijack        a tenant answers (REJ, REP, MRA) the REQs the daemon
 #                        routed to another tenant: dropped and counted, the
 #                        real connections complete
-#   switch-hostile-soak  hostile tenants flood, never read, reconnect,
+#   switch-misbehaving-tenants-soak
+#                        misbehaving tenants flood, never read, reconnect,
 #                        register and listen without end while an honest one
 #                        connects and disconnects 200 times
 #
 # Host A is Hca1's ibcmd, its socket open to every user (mode 0666, in a
-# directory every user can reach); host B is Hca2's ibcmd. The honest processes
-# ($IBFABRIC_HOSTILE, ibfabric_hostile.c) run as root, the hostile ones
-# (hostile_tenant.py) as other users, each its own uid (setpriv).
+# directory every user can reach); host B is Hca2's ibcmd. The honest
+# processes ($IBFABRIC_TENANT_ISOLATION, ibfabric_tenant_isolation.c) run as
+# root, the misbehaving ones (misbehaving_tenant.py) as other users, each its
+# own uid (setpriv).
 
-[ -x "${IBCMD:-}" ] && [ -f "${IBCMD_HARNESS:-}" ] && [ -x "${IBFABRIC_HOSTILE:-}" ] ||
-    { echo "SKIP: no ibcmd (IBCMD, IBCMD_HARNESS, IBFABRIC_HOSTILE)"; exit 77; }
+[ -x "${IBCMD:-}" ] && [ -f "${IBCMD_HARNESS:-}" ] && [ -x "${IBFABRIC_TENANT_ISOLATION:-}" ] ||
+    { echo "SKIP: no ibcmd (IBCMD, IBCMD_HARNESS, IBFABRIC_TENANT_ISOLATION)"; exit 77; }
 command -v setpriv >/dev/null 2>&1 || { echo "SKIP: setpriv not installed"; exit 77; }
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (tenants of other uids)"; exit 77; }
 
-# as UID ARGS...: hostile_tenant.py ARGS as user UID (its group UID too, no
-# other groups), the script on standard input: no directory of this tree
+# as UID ARGS...: misbehaving_tenant.py ARGS as user UID (its group UID too,
+# no other groups), the script on standard input: no directory of this tree
 # need be readable by that user. It replaces the shell that runs it: run it
 # in the background (`as ... &`, its pid in $!) or in a subshell.
 as() {
     uid=$1
     shift
-    exec setpriv --reuid="$uid" --regid="$uid" --clear-groups "$py" - "$@" <"$here/hostile_tenant.py"
+    exec setpriv --reuid="$uid" --regid="$uid" --clear-groups "$py" - "$@" <"$here/misbehaving_tenant.py"
 }
 
 # An interpreter other users may run (python3 may be a shim under /root).
@@ -43,19 +46,19 @@ done
 
 # The sockets, where every user can reach them; DIR/HCA.sock links to them
 # for through and counter.
-sockdir=$(mktemp -d /tmp/ibcm-hostile.XXXXXX) && chmod 0755 "$sockdir" || exit 1
+sockdir=$(mktemp -d /tmp/ibcm-tenants.XXXXXX) && chmod 0755 "$sockdir" || exit 1
 trap 'cleanup; rm -rf "$sockdir"' EXIT
 # Every process's descriptors below 1024 (the daemons', the tenants'):
 # umad2sim numbers its own umad descriptors from 1024 and takes any
 # descriptor from there for one of them, so an ibcmd under it with more
 # loses its port, then crashes in umad2sim (seen with the shipped unit's
 # LimitNOFILE=16384 and 1,100 connections). On real hardware the limit is
-# the unit's; here the quotas must keep the hostile users under 1024.
+# the unit's; here the quotas must keep the misbehaving users under 1024.
 ulimit -n 1024 || exit 1
 
-# hostile_ibcmd HCA LEVEL: HCA's ibcmd at log level LEVEL, its socket open
+# shared_ibcmd HCA LEVEL: HCA's ibcmd at log level LEVEL, its socket open
 # to every user; its pid in $ibcmd_pid.
-hostile_ibcmd() {
+shared_ibcmd() {
     SIM_HOST=$1 IBCM_LOG=$2 LD_PRELOAD="$sim_so $IBCMD_HARNESS" "$IBCMD" \
         --socket "$sockdir/$1.sock" --mode 0666 --timewait 600 ibsim0 >"ibcmd.$1.log" 2>&1 &
     ibcmd_pid=$!
@@ -87,12 +90,12 @@ switch-hijack)
     # Then T1 answers. B's connections must all be T1's; the daemon must have
     # dropped and counted exactly the attacker's 3 MADs, and let T1's own MRA
     # and REJ of a 4th REQ through.
-    hostile_ibcmd Hca1 info
-    hostile_ibcmd Hca2 info
-    IBFABRIC_SERVICE=0x12380000 through Hca1 "$IBFABRIC_HOSTILE" hijack-server "$dir" >t1.out 2>&1 &
+    shared_ibcmd Hca1 info
+    shared_ibcmd Hca2 info
+    IBFABRIC_SERVICE=0x12380000 through Hca1 "$IBFABRIC_TENANT_ISOLATION" hijack-server "$dir" >t1.out 2>&1 &
     t1=$!
     wait_file listening 20 || { echo "T1 never listened"; cat t1.out; exit 1; }
-    IBFABRIC_SERVICE=0x12380000 through Hca2 "$IBFABRIC_HOSTILE" hijack-client "$(port_guid Hca1)" \
+    IBFABRIC_SERVICE=0x12380000 through Hca2 "$IBFABRIC_TENANT_ISOLATION" hijack-client "$(port_guid Hca1)" \
         >b.out 2>&1 &
     b=$!
     wait_file reqs 30 || { echo "T1 never got B's REQs"; cat t1.out b.out; exit 1; }
@@ -117,8 +120,8 @@ switch-hijack)
     [ $arc = 0 ] && [ $brc = 0 ] && [ $t1rc = 0 ] && [ "$spoofed" = 3 ] &&
         [ "$(counter Hca1 tx_spoofed)" = 3 ]
     ;;
-switch-hostile-soak)
-    # On A: hostile users (uids 64001..64003), past their quotas, while the honest tenant (root) connects to B and disconnects
+switch-misbehaving-tenants-soak)
+    # On A: misbehaving users (uids 64001..64003), past their quotas, while the honest tenant (root) connects to B and disconnects
     # $soak_connections times, in 4 processes one after the other (each
     # registers during the attack). Bounds: A's ibcmd's peak RSS (VmHWM)
     # and the lines of its log (IBCM_LOG=warn, the default).
@@ -126,12 +129,12 @@ switch-hostile-soak)
     rss_bound_kib=$((${IBFABRIC_SOAK_RSS_MIB:-64} * 1024))
     log_bound=${IBFABRIC_SOAK_LOG_LINES:-200}
     rss_stop_kib=$((1024 * 1024))
-    hostile_ibcmd Hca2 warn
-    hostile_ibcmd Hca1 warn
+    shared_ibcmd Hca2 warn
+    shared_ibcmd Hca1 warn
     a=$ibcmd_pid
     guid_b=$(port_guid Hca2) lid_b=$(port_lid Hca2)
     IBFABRIC_SERVICE=0x12390000 IBCM_DEV_A=ibsim0 IBCM_SWITCH_SOCKET=$dir/Hca2.sock timeout 150 \
-        "$IBFABRIC_HOSTILE" soak-server "$soak_connections" >server.out 2>&1 &
+        "$IBFABRIC_TENANT_ISOLATION" soak-server "$soak_connections" >server.out 2>&1 &
     server=$!
     wait_for server.out 20 listening || { echo "B never listened"; cat server.out; exit 1; }
     # Samples A's RSS and descriptors. The attackers are stopped (and the
@@ -153,7 +156,7 @@ switch-hostile-soak)
     pids="$! $pids"
     sleep 1
     rss_before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$a/status)
-    # One hostile user (64002) listens without end (280 registrations of
+    # One misbehaving user (64002) listens without end (280 registrations of
     # 100 listens each: past its registrations and listens) and, once that
     # holds its registrations, opens 600 connections that never register
     # and never read (past its connections); another (64001) floods spoofed
@@ -180,7 +183,7 @@ switch-hostile-soak)
     honest_failed=0 per=$((soak_connections / 4))
     started=$(date +%s)
     for k in 1 2 3 4; do
-        IBFABRIC_SERVICE=0x12390000 through Hca1 "$IBFABRIC_HOSTILE" soak-client "$guid_b" $per 100 \
+        IBFABRIC_SERVICE=0x12390000 through Hca1 "$IBFABRIC_TENANT_ISOLATION" soak-client "$guid_b" $per 100 \
             >honest.$k.out 2>&1 || honest_failed=1
     done
     took=$(($(date +%s) - started))

@@ -58,5 +58,5 @@ int main(void) {
   CHECK_EQ(fake_umad_wait_threads("ibcm-umad", 0, &tid), 0);
   CHECK_EQ(fake_umad_wait_threads("ibcm-sa", 0, &tid), 0);
   CHECK_EQ(fake_umad_open_fds(), 0);
-  return fake_umad_result("hardening_10");
+  return fake_umad_result("umad_reader_sleeps_and_blocks_signals");
 }

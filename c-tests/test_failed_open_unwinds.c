@@ -70,5 +70,5 @@ int main(void) {
   fake_umad_fail_register(2, EINVAL);
   expect_open_fails(EBUSY, "another agent on port 2");
   CHECK_EQ(fake_umad_log_lines("another process"), 1);
-  return fake_umad_result("hardening_07");
+  return fake_umad_result("failed_open_unwinds");
 }

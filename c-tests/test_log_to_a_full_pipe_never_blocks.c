@@ -1,16 +1,16 @@
 /*
- * Hostile review C (second pass): docs/threads.md says "Logging never fails:
+ * A full stderr pipe never blocks the library. docs/threads.md says "Logging never fails:
  * a line that cannot be written (stderr closed, full, a broken pipe) is
  * lost, nothing else happens". A daemon's stderr is usually a pipe (to
  * journald, a supervisor, `| logger`); when its reader stalls, the pipe
- * fills and write(2) blocks. IBCM_LOG lines are written with a blocking
- * write under the cm_id's lock (state changes, every MAD with debug) and on
- * the worker, so one stalled log reader stops the whole CM: here
- * ib_send_cm_req never returns. Expected: the line is lost and the
- * connection comes up, as with /dev/full (test_hardening_06_stderr_full).
+ * fills and write(2) blocks. IBCM_LOG lines are written under the cm_id's
+ * lock (state changes, every MAD with debug) and on the worker, so a
+ * blocking write there would let one stalled log reader stop the whole CM:
+ * ib_send_cm_req would never return. Expected: the line is lost and the
+ * connection comes up, as with /dev/full (test_stderr_full_loses_only_log_lines).
  *
- * Fails on purpose (a finding): a SIGALRM watchdog reports the hang after
- * 10 s. The test's own messages go to stdout.
+ * A SIGALRM watchdog reports a hang after 10 s (and fails the test). The
+ * test's own messages go to stdout.
  */
 #include "common.h"
 

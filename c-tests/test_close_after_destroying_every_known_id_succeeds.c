@@ -1,5 +1,6 @@
 /*
- * Hostile review of issue 10: create (by the worker) racing close.
+ * Create (by the worker) racing close (issue 10): a device whose every id
+ * the user knows was destroyed closes, although the worker made one more.
  *
  * ibcm_close_device(3): "Every cm_id of the device must have been destroyed
  * first"; -EBUSY: "cm_ids of the device still exist". A daemon shutting down
@@ -13,7 +14,7 @@
  * (here one that blocks). The caller gets no way to wait for it.
  *
  * Setup: a third loop device C with a listener whose handler blocks keeps
- * the worker busy (as in test_hardening_01); while it blocks, a REQ to C and
+ * the worker busy (as in test_req_queued_when_its_listener_is_destroyed); while it blocks, a REQ to C and
  * a REQ to B's listener are queued; released, the worker takes both REQs,
  * then blocks again in C's second handler with B's new id made and its event
  * queued. Then B's listener is destroyed (B has no other id the user knows)

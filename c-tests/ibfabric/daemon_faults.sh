@@ -1,8 +1,8 @@
 #!/bin/sh
-# A hostile review of the real ibcmd (issue 30, after the merges of
-# server-io and privs), on the simulated fabric as privs.sh runs it: each
-# daemon started as root with --user nobody. Scenarios (all run, each says
-# PASS or FAIL; exit 1 if any failed):
+# The real ibcmd under faults and misbehaving tenants (issue 30, after the
+# merges of server-io and privs), on the simulated fabric as privs.sh runs
+# it: each daemon started as root with --user nobody. Scenarios (all run,
+# each says PASS or FAIL; exit 1 if any failed):
 #
 #   accept-enomem   one accept4 failing with ENOMEM (strace fault injection)
 #                   must not leave a daemon that runs but never accepts
@@ -28,8 +28,8 @@
 #                   stands for ib_umad's ioctls, which @system-service has).
 #                   (Held on 752e4e3.)
 #
-#   review_b_daemon.sh PEER LOGDIR   (IBCMD, IBCMD_HARNESS as for privs.sh;
-#                                     REVIEW_B_ONLY=NAME: one scenario)
+#   daemon_faults.sh PEER LOGDIR   (IBCMD, IBCMD_HARNESS as for privs.sh;
+#                                   DAEMON_FAULTS_ONLY=NAME: one scenario)
 #
 # Exit 77 (skipped) without ibsim, OpenSM, umad2sim, strace, prlimit, setpriv,
 # python3 or root.
@@ -45,10 +45,10 @@ done
 [ "$(id -u)" = 0 ] || { echo "SKIP: not root (ibcmd must start as root to drop to nobody)"; exit 77; }
 [ -x "${IBCMD:-}" ] && [ -f "${IBCMD_HARNESS:-}" ] || { echo "SKIP: no ibcmd (IBCMD, IBCMD_HARNESS)"; exit 77; }
 
-dir=$logroot/review_b
+dir=$logroot/daemon_faults
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 chmod 0755 "$dir"
-IBSIM_SOCKNAME=ibcm-review-b-$$
+IBSIM_SOCKNAME=ibcm-daemon-faults-$$
 export IBSIM_SOCKNAME
 # shellcheck source=fabric.sh
 . "$here/fabric.sh"
@@ -57,8 +57,8 @@ wait_active Hca1 Hca2
 
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
-# REVIEW_B_ONLY=NAME runs that scenario alone.
-want() { [ -z "${REVIEW_B_ONLY:-}" ] || [ "$REVIEW_B_ONLY" = "$1" ]; }
+# DAEMON_FAULTS_ONLY=NAME runs that scenario alone.
+want() { [ -z "${DAEMON_FAULTS_ONLY:-}" ] || [ "$DAEMON_FAULTS_ONLY" = "$1" ]; }
 
 # stop PID...: SIGTERM, and waits (bounded) until each is gone: the next
 # daemon on the same HCA must not meet its agents.

@@ -1,6 +1,6 @@
 /*
- * Hostile review of issue 10: a request that arrives while the listener's
- * cm_handler is NULL.
+ * A request that arrives while the listener's cm_handler is NULL leaves
+ * nothing behind (issue 10).
  *
  * ib_create_cm_id(3): "Both fields belong to the caller, who may change them
  * at any time ... Events that arrive while it is NULL are discarded." For an

@@ -40,5 +40,5 @@ int main(void) {
 
   CHECK_EQ(ibcm_close_device(fake), 0);
   test_finish();
-  return fake_umad_result("hardening_15");
+  return fake_umad_result("umad_burst_reaches_the_worker");
 }

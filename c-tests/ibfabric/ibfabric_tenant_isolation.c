@@ -1,21 +1,25 @@
 /*
- * The honest CM processes of the hostile-tenant scenarios (issue 30;
- * c-tests/ibfabric/hostile.sh runs them through ibcmd, the hostile ones are
- * hostile_tenant.py). IBFABRIC_SERVICE (hex) is the service ID.
+ * The honest CM processes of the tenant-isolation scenarios (issue 30;
+ * c-tests/ibfabric/tenant_isolation.sh runs them through ibcmd, the
+ * misbehaving ones are misbehaving_tenant.py). IBFABRIC_SERVICE (hex) is the
+ * service ID.
  *
- *   ibfabric_hostile hijack-server DIR   T1, behind host A's ibcmd: listens;
- *       holds the first 3 REQs unanswered, writes their senders' comm IDs to
- *       DIR/reqs ("comm-ID QPN" a line, in arrival order) and answers them
- *       with REPs once DIR/answer exists; then the 4th REQ gets an MRA and a
- *       REJ (reason 28) of T1's own.
- *   ibfabric_hostile hijack-client GUID  B, on another HCA: 3 REQs to the
- *       port GUID; each must end ESTABLISHED with T1's QPN, with no MRA, no
- *       REJ and no other REP seen, and is disconnected (DREQ/DREP private
- *       data checked); then a 4th REQ must get T1's MRA, then T1's REJ.
- *       Every connection's outcome is printed before the verdict.
- *   ibfabric_hostile soak-server N       host B: answers REQs, checks the
- *       private data of N DREQs and ends once their timewaits are over.
- *   ibfabric_hostile soak-client GUID N PAUSE_MS
+ *   ibfabric_tenant_isolation hijack-server DIR
+ *       T1, behind host A's ibcmd: listens; holds the first 3 REQs
+ *       unanswered, writes their senders' comm IDs to DIR/reqs ("comm-ID
+ *       QPN" a line, in arrival order) and answers them with REPs once
+ *       DIR/answer exists; then the 4th REQ gets an MRA and a REJ (reason 28)
+ *       of T1's own.
+ *   ibfabric_tenant_isolation hijack-client GUID
+ *       B, on another HCA: 3 REQs to the port GUID; each must end
+ *       ESTABLISHED with T1's QPN, with no MRA, no REJ and no other REP seen,
+ *       and is disconnected (DREQ/DREP private data checked); then a 4th REQ
+ *       must get T1's MRA, then T1's REJ. Every connection's outcome is
+ *       printed before the verdict.
+ *   ibfabric_tenant_isolation soak-server N
+ *       host B: answers REQs, checks the private data of N DREQs and ends
+ *       once their timewaits are over.
+ *   ibfabric_tenant_isolation soak-client GUID N PAUSE_MS
  *       the honest tenant: N connections to the port GUID one after the
  *       other (REP and DREP private data checked), PAUSE_MS apart.
  *
@@ -284,7 +288,7 @@ static int hijack_client(const char *guid) {
   return failed;
 }
 
-/* ---- switch-hostile-soak ------------------------------------------------ */
+/* ---- switch-misbehaving-tenants-soak ------------------------------------ */
 
 static int soak_server(int n) {
   set_drep_pattern();

@@ -1,5 +1,6 @@
 /*
- * Hostile review of issue 10: a stale device pointer (ABA).
+ * A stale device pointer (ABA, issue 10): calls through a closed device's
+ * pointer never reach the device opened after it at the same address.
  *
  * README, bad input: "NULL, closed or unknown `device`: ERR_PTR(-EINVAL) /
  * -EINVAL"; ibcm_close_device(3): "device must not be used afterwards". The

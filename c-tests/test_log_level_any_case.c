@@ -1,5 +1,5 @@
 /*
- * Hostile review 13: IBCM_LOG=DEBUG (as RUST_LOG and most such variables
+ * IBCM_LOG takes its level in any case: IBCM_LOG=DEBUG (as RUST_LOG and most such variables
  * take it) or IBCM_LOG=warning (the tag the lines carry) must not silently
  * mean the default level: a user who asked for debug lines and got none
  * had no word of why. Any case is accepted; a value that is no level at all

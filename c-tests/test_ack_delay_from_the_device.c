@@ -6,9 +6,9 @@
  * delay (A's REP_RECEIVED), and the REQ from A carries A's in its local ACK
  * timeout (B's REQ_RECEIVED path: packet lifetime = that timeout - 1, per
  * cm_format_paths_from_req). rxe reports 15, the library's old fixed value,
- * so on rxe this cannot tell the two apart; the engine test
- * hardening_14_the_devices_ack_delay_sets_req_rep_qp_and_timewait_timeouts
- * does, with delays of 18 and 9. Loop devices have no verbs device: skipped.
+ * so on rxe this cannot tell the two apart; the engine's test of the
+ * device's ACK delay in the REQ, REP, QP and timewait timeouts
+ * (src/cm/tests/ack_delay.rs) does, with delays of 18 and 9. Loop devices have no verbs device: skipped.
  */
 #include "common.h"
 
@@ -63,7 +63,7 @@ static unsigned ack_timeout(unsigned ca_ack_delay, unsigned packet_life_time) {
 int main(void) {
   test_init();
   if (devices_are_loop()) {
-    puts("hardening_14: loop devices have no verbs device (their ACK delay is 15), skipped");
+    puts("ack_delay_from_the_device: loop devices have no verbs device (their ACK delay is 15), skipped");
     test_finish();
     return SKIP;
   }
@@ -95,7 +95,7 @@ int main(void) {
 
 #else
 int main(void) {
-  puts("hardening_14: <infiniband/verbs.h> not installed (libibverbs-dev), skipped");
+  puts("ack_delay_from_the_device: <infiniband/verbs.h> not installed (libibverbs-dev), skipped");
   return SKIP;
 }
 #endif

@@ -89,5 +89,5 @@ int main(void) {
          "fds %d agents %d SA agents %d", fake_umad_open_fds(), fake_umad_agents(),
          fake_umad_sa_agents());
   test_finish();
-  return fake_umad_result("hardening_04");
+  return fake_umad_result("device_removal_stops_the_reader");
 }

@@ -71,7 +71,7 @@ static void queued_work_of_a_closed_device_is_dropped(void) {
   long sends_before = fake_umad_sends();
   CHECK_EQ(ibcm_close_device(fake), 0);
   /* The fd number goes to the next file opened. */
-  char name[] = "/tmp/ibcm-hardening-02-XXXXXX";
+  char name[] = "/tmp/ibcm-closed-device-XXXXXX";
   int files[8], nfiles = 0, file = -1;
   while (nfiles < 8 && file < 0) {
     int f = mkstemp(name);
@@ -173,5 +173,5 @@ int main(void) {
   queued_work_of_a_closed_device_is_dropped();
   create_never_races_close();
   test_finish();
-  return fake_umad_result("hardening_02");
+  return fake_umad_result("closed_device_never_touches_its_fds");
 }

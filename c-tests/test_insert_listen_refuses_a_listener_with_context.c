@@ -1,6 +1,7 @@
 /*
- * Hostile review of issue 10 (kernel fidelity, lifecycle): ib_cm_insert_listen
- * on a service another user listens on with ib_cm_listen and a context.
+ * ib_cm_insert_listen refuses to share a listener that has a context (issue
+ * 10, kernel fidelity, lifecycle): ib_cm_insert_listen on a service another
+ * user listens on with ib_cm_listen and a context.
  *
  * The kernel's cm_insert_listen shares an existing listener only if it has
  * the same handler AND no context:

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Hostile tenants of ibcmd (issue 30): raw clients of its protocol
-(src/switch/proto.rs, version 1), run by hostile.sh as users other than the
-honest tenants'. Each mode stops by itself (after SECONDS) and prints what
-it did and what the daemon refused, one "name value" a line, at its end or
-when stopped (SIGTERM).
+"""Misbehaving tenants of ibcmd (issue 30): raw clients of its protocol
+(src/switch/proto.rs, version 1), run by tenant_isolation.sh as users other
+than the honest tenants'. Each mode stops by itself (after SECONDS) and
+prints what it did and what the daemon refused, one "name value" a line, at
+its end or when stopped (SIGTERM).
 
-    hostile_tenant.py hijack SOCKET DEVICE DLID REJ_ID REP_ID MRA_ID
+    misbehaving_tenant.py hijack SOCKET DEVICE DLID REJ_ID REP_ID MRA_ID
         sends, addressed to LID DLID, a REJ (MessageRejected REQ, reason 28,
         private data "rejected by attacker") with RemoteCommID REJ_ID, a REP
         with its own QPN (0xbadbad) with RemoteCommID REP_ID, and an MRA
@@ -13,20 +13,20 @@ when stopped (SIGTERM).
         answers to REQs the daemon routed to another process. Each carries a
         LocalCommID of the sender's own slice. Ends once the daemon has
         handled them (its answer to a Stats sent after them).
-    hostile_tenant.py flood SOCKET DEVICE DLID SECONDS RATE
+    misbehaving_tenant.py flood SOCKET DEVICE DLID SECONDS RATE
         one registration sending RATE spoofed MADs a second to LID DLID:
         comm IDs outside its slice, and REPs, REJs, MRAs and SIDR_REPs for
         requests it never got.
-    hostile_tenant.py stats SOCKET SECONDS CONNECTIONS
+    misbehaving_tenant.py stats SOCKET SECONDS CONNECTIONS
         CONNECTIONS connections (100 new ones a tick at most, 20 ticks a
         second) that never register and never read: they send Stats (1,000
         a tick in all), each until its socket is full; one the daemon closes
         is replaced.
-    hostile_tenant.py reconnect SOCKET DEVICE DLID SECONDS RATE
+    misbehaving_tenant.py reconnect SOCKET DEVICE DLID SECONDS RATE
         RATE times a second: connects and closes; every other time it
         registers first and sends a DREQ of its slice (so the slice needs
         its timewait).
-    hostile_tenant.py listen SOCKET DEVICE SECONDS REGISTRATIONS PER
+    misbehaving_tenant.py listen SOCKET DEVICE SECONDS REGISTRATIONS PER
         keeps REGISTRATIONS registrations, each listening on PER new service
         IDs; then, without end (100 a second at most), closes the oldest and
         registers a new one; a refused registration closes the oldest too.
