@@ -2,6 +2,8 @@
 #
 #   make run      the main job: ibcm-cmtime on the in-process fabric (builds the
 #                 library and that tool, quietly: needs only Rust and a C compiler)
+#   make check-quick  the layering check, the Rust tests and the C suite plain:
+#                 no sanitizers, no VMs, no fabric (the loop while working)
 #   make check    every test: Rust, header, symbols, C suite plain / ASan / valgrind,
 #                 the Debian packages, the simulated InfiniBand fabric, and the
 #                 SoftRoCE suite in a QEMU VM (IBCM_SKIP_SOFTROCE=1 skips it)
@@ -32,7 +34,7 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        layers-check rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
+        layers-check check-quick rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
         deb deb-check clean help
 
 all: lib
@@ -277,6 +279,12 @@ run:
 # draws them (scripts/check-layers.py).
 layers-check:
 	@python3 scripts/check-layers.py
+
+check-quick: deps
+	$(MAKE) layers-check
+	$(CARGO) test --locked -q -p ib-cm-wire -p ib-cm-engine
+	$(CARGO) test --locked -q -p ib_cm -- --test-threads=1
+	$(MAKE) c-check
 
 check: deps
 	$(MAKE) layers-check
