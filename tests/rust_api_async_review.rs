@@ -631,10 +631,12 @@ async fn review_a_14_a_flood_beyond_the_backlog_is_accepted_once_each() {
     for _ in 0..N {
         let qpn = next_qpn();
         qpns.insert(qpn);
-        // Resent every 67 ms, 15 times: a second for the extras.
+        // Resent every ~260 ms, 15 times: about 4 s for the extras, so that
+        // a request the listener takes late (a loaded machine drains 1024
+        // accepts slowly) is still in REQ_SENT on the active side.
         let req = ConnectRequest::builder(path, SERVICE_ID, qpn)
-            .remote_cm_response_timeout(14)
-            .local_cm_response_timeout(14)
+            .remote_cm_response_timeout(16)
+            .local_cm_response_timeout(16)
             .max_cm_retries(15)
             .build();
         outgoing.push(a.request(req).unwrap());
