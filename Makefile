@@ -204,7 +204,7 @@ miri:
 	    cargo +nightly miri --version >/dev/null 2>&1; then \
 	  cargo +nightly miri test -p ib-cm-wire -p ib-cm-engine --lib && \
 	  cargo +nightly miri test --lib -- transport::loopback:: pcap:: \
-	    ffi::event::tests::hardening_10_; \
+	    ffi::event::tests::both_pointers_into_the_mad_stay_valid; \
 	else echo "miri: no nightly toolchain with miri here, skipped"; fi
 
 # ThreadSanitizer on the engine's tests (threads, locks, the worker): needs

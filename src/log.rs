@@ -425,7 +425,7 @@ mod tests {
     }
 
     #[test]
-    fn hardening_06_a_failed_log_write_is_ignored() {
+    fn a_failed_log_write_is_ignored() {
         write_line(&mut Full, "error", format_args!("lost {}", 1));
         let mut out = Vec::new();
         write_line(&mut out, "warning", format_args!("kept {}", 2));
@@ -433,7 +433,7 @@ mod tests {
     }
 
     #[test]
-    fn hostile13_ibcm_log_takes_any_case_and_the_warning_tag() {
+    fn ibcm_log_takes_any_case_and_the_warning_tag() {
         use std::ffi::OsStr;
         assert_eq!(parse_level(OsStr::new("DEBUG")), Some(Level::Debug));
         assert_eq!(parse_level(OsStr::new("Info")), Some(Level::Info));
@@ -497,7 +497,7 @@ mod tests {
     }
 
     #[test]
-    fn hostile13_a_line_cut_in_a_character_stays_utf8() {
+    fn a_line_cut_in_a_character_stays_utf8() {
         // "é" is two bytes: some cut lands between them, at either place.
         for pad in 0..4 {
             let mut out = Vec::new();

@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     #[cfg_attr(miri, ignore)]
-    fn hardening_09_pcap_is_a_new_private_file() {
+    fn pcap_is_a_new_private_file() {
         use std::os::unix::fs::PermissionsExt;
         let dir = scratch_dir("pcap-new");
         let path = dir.join("capture.pcap");
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     #[cfg_attr(miri, ignore)]
-    fn hardening_09_pcap_refuses_an_existing_file_and_a_symlink() {
+    fn pcap_refuses_an_existing_file_and_a_symlink() {
         let dir = scratch_dir("pcap-refuse");
         let existing = dir.join("existing.pcap");
         std::fs::write(&existing, b"keep me").unwrap();

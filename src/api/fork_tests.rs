@@ -65,7 +65,7 @@ fn the_parent_goes_on_after_a_fork() {
 /// without running the parent's queued handlers.
 #[test]
 #[cfg_attr(miri, ignore)]
-fn review_a_2_in_a_forked_child_async_waits_end_and_the_driver_stops() {
+fn in_a_forked_child_async_waits_end_and_the_driver_stops() {
     use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};

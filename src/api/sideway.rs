@@ -301,7 +301,7 @@ mod tests {
     /// (port 0, MTU 0: `EINVAL` from `ibv_modify_qp`), a field without its
     /// bit would be ignored silently.
     #[test]
-    fn review_s_12_the_mask_follows_the_fields() {
+    fn the_mask_follows_the_fields() {
         let kernel_rtr = QpAttributes {
             mask: mask::STATE
                 | mask::AV
@@ -368,7 +368,7 @@ mod tests {
     /// else with `EINVAL`): an alternate path whose own port is unknown
     /// takes its address's.
     #[test]
-    fn review_s_13_an_alternate_path_without_a_port_takes_its_addresss() {
+    fn an_alternate_path_without_a_port_takes_its_addresss() {
         let a = QpAttributes {
             mask: mask::ALT_PATH | mask::PATH_MIG_STATE,
             state: None,
@@ -423,7 +423,7 @@ mod tests {
     /// as uverbs' `modify_qp` checks (AV's port = PORT's; ALT_PATH's
     /// `alt_port_num` = its address's, not 0).
     #[test]
-    fn review_s_14_loop_connections_pass_the_verbs_state_table() {
+    fn loop_connections_pass_the_verbs_state_table() {
         use crate::api::{ConnectRequest, Device, QpType, Reply};
         use crate::cm::tests::loop_name;
         use std::time::Duration;

@@ -806,7 +806,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hardening_06_a_worker_that_cannot_start_is_retried() {
+    fn a_worker_that_cannot_start_is_retried() {
         let once = StartOnce::new();
         let mut spawned = 0;
         let failed = once.ensure(|| {

@@ -343,7 +343,7 @@ mod tests {
     /// tags: one derived from a later `&mut` reborrow of the copy would make
     /// the earlier one invalid (Stacked Borrows).
     #[test]
-    fn hardening_10_both_pointers_into_the_mad_stay_valid() {
+    fn both_pointers_into_the_mad_stay_valid() {
         let expect = |range: std::ops::Range<usize>| range.map(|i| i as u8).collect::<Vec<u8>>();
         let rej = CmEvent::with_private_data(
             IB_CM_REJ_RECEIVED,

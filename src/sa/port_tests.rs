@@ -191,7 +191,7 @@ fn a_closed_device_is_not_polled_any_more() {
 /// cache is defeated. Such a port is warned about, once, however often it
 /// flaps.
 #[test]
-fn review_p_1_a_port_whose_sm_flaps_at_every_poll_is_warned_about_once() {
+fn a_port_whose_sm_flaps_at_every_poll_is_warned_about_once() {
     let f = Fixture::new(NOT_STALE);
     let capture = Capture::of(&[&f.device.name]);
     let sm_lids = [NEW_SM_LID, f.device.ports[0].sm_lid];

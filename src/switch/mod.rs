@@ -83,12 +83,12 @@ impl Switch {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_daemon_resources;
+#[cfg(test)]
 mod tests_path_cache;
 #[cfg(test)]
-mod tests_review_a;
-#[cfg(test)]
-mod tests_review_b;
-#[cfg(test)]
-mod tests_review_qp;
+mod tests_qp_naming;
 #[cfg(test)]
 mod tests_server;
+#[cfg(test)]
+mod tests_tenants;

@@ -248,7 +248,7 @@ mod tests {
     /// answers; a tenant with N connections naming new QPs in a loop made
     /// each other tenant's REQ wait N x 50 ms.
     #[test]
-    fn review2_1_a_lookup_the_fresh_dump_answers_does_not_wait_for_anothers_sleep() {
+    fn a_lookup_the_fresh_dump_answers_does_not_wait_for_anothers_sleep() {
         let dumps = Arc::new(fresh(table(&[(7, 70)])));
         let (sleeping, asleep) = mpsc::channel();
         let (wake, woken) = mpsc::channel::<()>();
@@ -294,7 +294,7 @@ mod tests {
     /// of the table, `res_get_common_dumpit`) each MAD naming a QP not on
     /// its port cost a full dump, what `DUMP_INTERVAL` is there to prevent.
     #[test]
-    fn review2_2_a_failed_dump_still_spaces_the_next_one() {
+    fn a_failed_dump_still_spaces_the_next_one() {
         let dumps = Dumps::default();
         let failed = || {
             (
@@ -323,7 +323,7 @@ mod tests {
     /// tenant's unqueryable QP refused every tenant's REQ naming a QP in
     /// RESET. A QP it did not list stays refused, as unchecked.
     #[test]
-    fn review2_3_a_dump_that_stopped_part_way_answers_for_the_qps_it_listed() {
+    fn a_dump_that_stopped_part_way_answers_for_the_qps_it_listed() {
         let dumps = Dumps::default();
         let partial = || {
             (

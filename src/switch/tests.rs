@@ -442,7 +442,7 @@ fn churn_registrations(f: &Fabric, n: usize) {
 }
 
 #[test]
-fn hostile_registration_churn_does_not_lock_every_process_out() {
+fn registration_churn_does_not_lock_every_process_out() {
     let f = Fabric::new(3100, SwitchConfig::default());
     churn_registrations(&f, 4095);
     wait_counter(&f.switch, SwitchCounter::Gone, 4095);
@@ -455,7 +455,7 @@ fn hostile_registration_churn_does_not_lock_every_process_out() {
 }
 
 #[test]
-fn hostile_explicit_listen_in_the_assigned_range_is_refused() {
+fn explicit_listen_in_the_assigned_range_is_refused() {
     let f = Fabric::new(3110, SwitchConfig::default());
     let (mut attacker, _) = f.client();
     let (mut victim, _) = f.client();
@@ -476,7 +476,7 @@ fn hostile_explicit_listen_in_the_assigned_range_is_refused() {
 }
 
 #[test]
-fn hostile_rej_timeout_reaches_the_process_that_got_the_req() {
+fn rej_timeout_reaches_the_process_that_got_the_req() {
     let f = Fabric::new(3120, SwitchConfig::default());
     let (mut a, _) = f.client();
     let (mut b, _) = f.client();
@@ -517,7 +517,7 @@ fn hostile_rej_timeout_reaches_the_process_that_got_the_req() {
 }
 
 #[test]
-fn hostile_rej_with_comm_id_0_only_answers_a_req_the_process_got() {
+fn rej_with_comm_id_0_only_answers_a_req_the_process_got() {
     let f = Fabric::new(3130, SwitchConfig::default());
     let (mut attacker, _) = f.client();
     // The REQ it got, it may reject from REQ_RCVD (local comm ID 0).
@@ -554,7 +554,7 @@ fn hostile_rej_with_comm_id_0_only_answers_a_req_the_process_got() {
 }
 
 #[test]
-fn hostile_sa_mads_other_than_path_queries_are_refused() {
+fn sa_mads_other_than_path_queries_are_refused() {
     let f = Fabric::new(3140, SwitchConfig::default());
     let (mut attacker, _) = f.client();
     // SubnAdmDelete(MCMemberRecord): leaves a multicast group (IPoIB's
@@ -575,7 +575,7 @@ fn hostile_sa_mads_other_than_path_queries_are_refused() {
 }
 
 #[test]
-fn hostile_open_device_does_not_hang_when_the_daemon_does_not_accept() {
+fn open_device_does_not_hang_when_the_daemon_does_not_accept() {
     // A daemon that does not accept: stopped, or out of file descriptors
     // (ibcmd keeps the systemd default of 1024 and accepts any number of
     // connections that never register, one thread each). Its backlog fills.
@@ -622,7 +622,7 @@ fn hostile_open_device_does_not_hang_when_the_daemon_does_not_accept() {
 }
 
 #[test]
-fn hostile_a_process_that_never_reads_pins_a_bounded_amount_of_memory() {
+fn a_process_that_never_reads_pins_a_bounded_amount_of_memory() {
     let f = Fabric::new(3150, SwitchConfig::default());
     let log = crate::log::capture::Capture::of(&[&f.device]);
     let (attacker, slice) = f.client();
@@ -679,7 +679,7 @@ fn path_query(tid: u32) -> Mad {
 }
 
 #[test]
-fn hostile_sa_query_flood_does_not_lose_another_process_answer() {
+fn sa_query_flood_does_not_lose_another_process_answer() {
     let f = Fabric::new(3160, SwitchConfig::default());
     let (mut victim, _) = f.client();
     let (mut attacker, _) = f.client();
@@ -700,7 +700,7 @@ fn hostile_sa_query_flood_does_not_lose_another_process_answer() {
 }
 
 #[test]
-fn hostile_a_restarted_daemon_does_not_reuse_the_slices_of_the_last_one() {
+fn a_restarted_daemon_does_not_reuse_the_slices_of_the_last_one() {
     // The same first slice three times in a row: 1 in 4095^2 when random.
     let first: Vec<_> = (0..3)
         .map(|i| {
@@ -733,7 +733,7 @@ fn sidr_rep(request_id: u32, service_id: u64) -> Mad {
 }
 
 #[test]
-fn hostile_a_sidr_rep_answers_a_sidr_req_the_process_got() {
+fn a_sidr_rep_answers_a_sidr_req_the_process_got() {
     let f = Fabric::new(3180, SwitchConfig::default());
     let (mut a, _) = f.client();
     let to = remote_addr(&f);
@@ -757,7 +757,7 @@ fn hostile_a_sidr_rep_answers_a_sidr_req_the_process_got() {
 }
 
 #[test]
-fn hostile_one_user_cannot_take_every_slice() {
+fn one_user_cannot_take_every_slice() {
     let f = Fabric::new(3190, SwitchConfig::default());
     let to = remote_addr(&f);
     let attacker = super::PeerCred {
@@ -792,7 +792,7 @@ fn hostile_one_user_cannot_take_every_slice() {
 }
 
 #[test]
-fn hostile_a_connection_that_never_registers_is_closed() {
+fn a_connection_that_never_registers_is_closed() {
     let f = Fabric::new(3230, SwitchConfig::default());
     let (mine, theirs) = SeqPacket::pair().unwrap();
     let switch = f.switch.clone();
@@ -812,7 +812,7 @@ fn hostile_a_connection_that_never_registers_is_closed() {
 }
 
 #[test]
-fn hostile_a_service_id_is_free_for_other_processes_once_unlisten_returns() {
+fn a_service_id_is_free_for_other_processes_once_unlisten_returns() {
     // Two processes' switch transports on a real socket of the daemon.
     let f = Fabric::new(3240, SwitchConfig::default());
     let socket = std::env::temp_dir().join(format!("ibcmd-unlisten-{}.sock", std::process::id()));
@@ -867,7 +867,7 @@ impl Client {
 }
 
 #[test]
-fn hostile_listens_per_process_are_capped_with_enomem_logged_once() {
+fn listens_per_process_are_capped_with_enomem_logged_once() {
     let f = Fabric::new(3250, SwitchConfig::default());
     let log = crate::log::capture::Capture::of(&[&f.device]);
     let (mut attacker, _) = f.client();
@@ -985,7 +985,7 @@ fn served_as_a_living_process(index: u32, uid: u32) -> (std::process::Child, Fab
 }
 
 #[test]
-fn hostile_a_forked_child_does_not_keep_a_dead_process_registered() {
+fn a_forked_child_does_not_keep_a_dead_process_registered() {
     // The process that registered: a real one, which dies below. The
     // connection's other end stays open in this test process, as in a
     // child forked after ibcm_open_device that inherited the socket.
@@ -1107,7 +1107,7 @@ impl Drop for SlowDaemon {
 }
 
 #[test]
-fn hostile_a_listen_granted_after_its_caller_gave_up_is_undone() {
+fn a_listen_granted_after_its_caller_gave_up_is_undone() {
     let (daemon, t) = SlowDaemon::start("slowlisten0", Duration::from_millis(100));
     // Listen, answered after the caller got -ETIMEDOUT: an explicit service
     // ID, then IB_CM_ASSIGN_SERVICE_ID (whose ID only the answer tells).
@@ -1230,7 +1230,7 @@ fn what_a_process_queued_before_it_exited_is_still_handled() {
 }
 
 #[test]
-fn hostile12_a_late_grant_given_back_never_stops_the_reader() {
+fn a_late_grant_given_back_never_stops_the_reader() {
     // The daemon grants a listen after its caller gave up, while the socket
     // to it is full (it is slow to read): the reader gives the grant back
     // without waiting for room, and goes on receiving this process's MADs
@@ -1285,7 +1285,7 @@ fn hostile12_a_late_grant_given_back_never_stops_the_reader() {
 }
 
 #[test]
-fn hostile13_a_late_grant_given_back_as_the_daemon_dies_logs_no_lost_listen() {
+fn a_late_grant_given_back_as_the_daemon_dies_logs_no_lost_listen() {
     // The daemon grants a listen after its caller gave up, with the socket
     // to it full, and dies: the grant's give-back (on its short thread)
     // fails with EPIPE. The daemon forgot every listen of the process with
@@ -1338,7 +1338,7 @@ fn recv_through_the_worker() -> (RecvFn, Receiver<u32>) {
 }
 
 #[test]
-fn hostile14_a_lone_mad_from_the_daemon_wakes_the_worker_while_the_reader_waits_again() {
+fn a_lone_mad_from_the_daemon_wakes_the_worker_while_the_reader_waits_again() {
     // One MAD, then silence with the connection open: the reader's burst
     // ends on the empty socket and pays the wake-up before it waits again.
     // Owed across that wait, the MAD would wait for the next message (none
@@ -1359,7 +1359,7 @@ fn hostile14_a_lone_mad_from_the_daemon_wakes_the_worker_while_the_reader_waits_
 }
 
 #[test]
-fn hostile14_a_burst_longer_than_a_batch_reaches_the_worker_whole_and_in_order() {
+fn a_burst_longer_than_a_batch_reaches_the_worker_whole_and_in_order() {
     // More than BURST messages already queued: two batches; every MAD is
     // handled, in the daemon's order, and the last batch (a partial one)
     // is woken for as well.
@@ -1380,7 +1380,7 @@ fn hostile14_a_burst_longer_than_a_batch_reaches_the_worker_whole_and_in_order()
 }
 
 #[test]
-fn hostile14_mads_of_a_burst_ended_by_the_daemon_dying_still_reach_the_worker() {
+fn mads_of_a_burst_ended_by_the_daemon_dying_still_reach_the_worker() {
     // The daemon sends MADs and dies in one burst: the reader's batch ends on
     // the closed connection, not on an empty socket; its MADs are woken for
     // all the same.
@@ -1406,7 +1406,7 @@ fn hostile14_mads_of_a_burst_ended_by_the_daemon_dying_still_reach_the_worker() 
 }
 
 #[test]
-fn hostile14_a_child_flooding_after_its_parent_died_is_cut_off_within_the_bound() {
+fn a_child_flooding_after_its_parent_died_is_cut_off_within_the_bound() {
     // The process that registered dies; the socket a child inherited keeps
     // sending as fast as it can. ibcmd reads a burst per wait while the
     // process lives, one message per wait once it has seen the exit: the
@@ -1560,7 +1560,7 @@ fn req_routed_to_a(index: u32) -> (Fabric, Client, IdSlice, Client, IdSlice) {
 }
 
 #[test]
-fn finding_1_a_rep_comes_only_from_the_process_the_req_was_routed_to() {
+fn a_rep_comes_only_from_the_process_the_req_was_routed_to() {
     let (f, mut a, slice_a, mut b, slice_b) = req_routed_to_a(3400);
     let to = remote_addr(&f);
     // B answers A's REQ with its own REP (its own comm ID, its QPN): the
@@ -1580,7 +1580,7 @@ fn finding_1_a_rep_comes_only_from_the_process_the_req_was_routed_to() {
 }
 
 #[test]
-fn finding_1_a_rep_goes_only_to_the_address_the_req_came_from() {
+fn a_rep_goes_only_to_the_address_the_req_came_from() {
     let (f, mut a, slice_a, _b, _) = req_routed_to_a(3410);
     let mut elsewhere = remote_addr(&f);
     elsewhere.dlid ^= 0x40;
@@ -1609,7 +1609,7 @@ fn finding_1_a_rep_goes_only_to_the_address_the_req_came_from() {
 }
 
 #[test]
-fn finding_1_a_rej_of_a_req_comes_only_from_the_process_the_req_was_routed_to() {
+fn a_rej_of_a_req_comes_only_from_the_process_the_req_was_routed_to() {
     use crate::wire::MsgResponse::{Other, Rep, Req};
     let (f, mut a, slice_a, mut b, slice_b) = req_routed_to_a(3420);
     let to = remote_addr(&f);
@@ -1640,7 +1640,7 @@ fn finding_1_a_rej_of_a_req_comes_only_from_the_process_the_req_was_routed_to() 
 }
 
 #[test]
-fn finding_1_an_mra_of_a_req_comes_only_from_the_process_the_req_was_routed_to() {
+fn an_mra_of_a_req_comes_only_from_the_process_the_req_was_routed_to() {
     use crate::wire::MsgResponse::{Other, Rep, Req};
     let (f, mut a, slice_a, mut b, slice_b) = req_routed_to_a(3430);
     let to = remote_addr(&f);
@@ -1662,7 +1662,7 @@ fn finding_1_an_mra_of_a_req_comes_only_from_the_process_the_req_was_routed_to()
 }
 
 #[test]
-fn finding_1_messages_matched_by_both_comm_ids_need_a_comm_id_of_the_senders_slice() {
+fn messages_matched_by_both_comm_ids_need_a_comm_id_of_the_senders_slice() {
     let (f, _a, slice_a, mut b, slice_b) = req_routed_to_a(3440);
     let to = remote_addr(&f);
     type Encode = fn(u32, u32) -> Mad;
@@ -1729,7 +1729,7 @@ fn finding_1_messages_matched_by_both_comm_ids_need_a_comm_id_of_the_senders_sli
 }
 
 #[test]
-fn finding_1_a_message_x_of_3_is_dropped() {
+fn a_message_x_of_3_is_dropped() {
     let (f, mut a, slice_a, _b, _) = req_routed_to_a(3450);
     let to = remote_addr(&f);
     // MessageRejected / MessageMRAed 3 means nothing: the remote drops an
@@ -1744,7 +1744,7 @@ fn finding_1_a_message_x_of_3_is_dropped() {
 }
 
 #[test]
-fn finding_1_an_rtu_ends_what_the_req_may_be_answered_with() {
+fn an_rtu_ends_what_the_req_may_be_answered_with() {
     let (f, mut a, slice_a, _b, _) = req_routed_to_a(3460);
     let to = remote_addr(&f);
     assert!(passes(&f, &mut a, &rep(&f, slice_a.base | 1, 0x77), &to));
@@ -1767,7 +1767,7 @@ fn finding_1_an_rtu_ends_what_the_req_may_be_answered_with() {
 }
 
 #[test]
-fn finding_1_requests_routed_to_a_process_are_bounded() {
+fn requests_routed_to_a_process_are_bounded() {
     use super::rules::{Peer, RoutedRequests};
     let mut reqs = RoutedRequests::default();
     let peer = |lid: u16| {
@@ -1803,7 +1803,7 @@ fn finding_1_requests_routed_to_a_process_are_bounded() {
 }
 
 #[test]
-fn finding_4_registrations_and_listens_are_bounded_per_user() {
+fn registrations_and_listens_are_bounded_per_user() {
     let config = SwitchConfig {
         quotas: super::Quotas {
             registrations: 3,
@@ -1843,7 +1843,7 @@ fn finding_4_registrations_and_listens_are_bounded_per_user() {
 }
 
 #[test]
-fn finding_4_a_process_leaving_removes_exactly_its_listens() {
+fn a_process_leaving_removes_exactly_its_listens() {
     let f = Fabric::new(3480, SwitchConfig::default());
     let (mut a, _) = f.client();
     let (mut b, _) = f.client();
@@ -1866,7 +1866,7 @@ fn finding_4_a_process_leaving_removes_exactly_its_listens() {
 }
 
 #[test]
-fn finding_5_spoofed_mads_log_a_bounded_number_of_lines() {
+fn spoofed_mads_log_a_bounded_number_of_lines() {
     let f = Fabric::new(3490, SwitchConfig::default());
     let log = crate::log::capture::Capture::of(&[&f.device]);
     let (mut attacker, slice) = f.client();
@@ -1888,7 +1888,7 @@ fn finding_5_spoofed_mads_log_a_bounded_number_of_lines() {
 }
 
 #[test]
-fn finding_5_tenant_lines_are_rate_limited_and_counted() {
+fn tenant_lines_are_rate_limited_and_counted() {
     let f = Fabric::new(3500, SwitchConfig::default());
     let log = crate::log::capture::Capture::of(&[&f.device]);
     for _ in 0..200 {
@@ -1909,7 +1909,7 @@ fn finding_5_tenant_lines_are_rate_limited_and_counted() {
 }
 
 #[test]
-fn finding_1_a_sidr_rep_goes_only_to_the_address_its_sidr_req_came_from() {
+fn a_sidr_rep_goes_only_to_the_address_its_sidr_req_came_from() {
     let f = Fabric::new(3510, SwitchConfig::default());
     let (mut a, _) = f.client();
     let mut b = Client::connect_as(&f.switch, user(4343));
@@ -1929,7 +1929,7 @@ fn finding_1_a_sidr_rep_goes_only_to_the_address_its_sidr_req_came_from() {
 }
 
 #[test]
-fn finding_1_attributes_no_process_sends_are_refused_not_spoofed() {
+fn attributes_no_process_sends_are_refused_not_spoofed() {
     let (f, mut a, slice_a, _b, _) = req_routed_to_a(3520);
     // ClassPortInfo (0x0001) and an attribute the CM does not define.
     for attr_id in [0x0001u16, 0x0030] {

@@ -597,7 +597,7 @@ fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() 
 /// from the LID the tenant asked (its library takes an answer only from
 /// there).
 #[test]
-fn review_p_2_a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
+fn a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
     let host = Host::new(3990, SwitchConfig::default());
     let moving = MovingSm::new(&host, 3990, "ibcm-review-p-2");
     let (new_sm, to_new_sa) = (moving.new_sm, &moving.to_new_sa);

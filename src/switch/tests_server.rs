@@ -184,7 +184,7 @@ impl Raw {
 }
 
 #[test]
-fn finding_2_stats_do_not_extend_the_registration_deadline() {
+fn stats_do_not_extend_the_registration_deadline() {
     let deadline = Duration::from_secs(1);
     let f = Fabric::new(3600, {
         SwitchConfig {
@@ -219,7 +219,7 @@ fn finding_2_stats_do_not_extend_the_registration_deadline() {
 }
 
 #[test]
-fn finding_2_a_client_that_never_reads_its_answers_is_disconnected() {
+fn a_client_that_never_reads_its_answers_is_disconnected() {
     let f = Fabric::new(3610, SwitchConfig::default());
     let log = crate::log::capture::Capture::of(&[&f.device]);
     let (flooder, _) = f.registered();
@@ -253,7 +253,7 @@ fn my_uid() -> u32 {
 }
 
 #[test]
-fn finding_2_accept_refuses_a_users_connections_over_quota() {
+fn accept_refuses_a_users_connections_over_quota() {
     let config = SwitchConfig {
         quotas: Quotas {
             connections: 2,
@@ -311,7 +311,7 @@ fn resident() -> usize {
 }
 
 #[test]
-fn finding_3_an_idle_connection_holds_a_few_kib() {
+fn an_idle_connection_holds_a_few_kib() {
     let f = Fabric::new(
         3630,
         SwitchConfig {

@@ -435,7 +435,7 @@ mod tests {
     /// start (`EAGAIN`) was forgotten: the next open started the thread for
     /// its own device only, and the first one's ports were never polled.
     #[test]
-    fn review_p_3_a_device_watched_when_the_thread_could_not_start_is_polled_once_it_does() {
+    fn a_device_watched_when_the_thread_could_not_start_is_polled_once_it_does() {
         if poll_interval().is_none() {
             return; // IBCM_PORT_POLL_MS=0: nothing is ever polled.
         }

@@ -29,7 +29,7 @@ fn open_with_ack_delay(ack_delay: u8) -> Arc<Device> {
 }
 
 #[test]
-fn hardening_14_the_devices_ack_delay_sets_req_rep_qp_and_timewait_timeouts() {
+fn the_devices_ack_delay_sets_req_rep_qp_and_timewait_timeouts() {
     let a = open_with_ack_delay(A_ACK_DELAY);
     let b = open_with_ack_delay(B_ACK_DELAY);
     let rec = Arc::new(Recorder::default());
@@ -105,7 +105,7 @@ fn hardening_14_the_devices_ack_delay_sets_req_rep_qp_and_timewait_timeouts() {
 }
 
 #[test]
-fn hardening_14_a_device_libibverbs_does_not_know_has_no_ack_delay() {
+fn a_device_libibverbs_does_not_know_has_no_ack_delay() {
     // The 15 of such a device comes from the caller (device_ack_delay), with
     // a warning; the query itself says it does not know.
     assert_eq!(

@@ -283,7 +283,7 @@ fn auto_mra_answers_a_flood_of_duplicate_reqs_one_for_one() {
     let mut req = Req {
         local_comm_id: 0x0f10_0d01,
         service_id: SERVICE_ID,
-        // Not hostile_b's 0x5151/0x4242: the stale connection table is the
+        // Not pkey_and_backlog_fidelity's 0x5151/0x4242: the stale connection table is the
         // process's, and a test running meanwhile with the same pair would
         // get REJ STALE_CONN instead of what it checks.
         local_ca_guid: 0x0f10_5151,

@@ -15,7 +15,7 @@ use crate::wire::attr;
 /// nothing else: `ib_send_cm_rep` stores no private data, so a passive side
 /// whose own DREQ timed out answers with a zeroed DREP, not the REP's bytes.
 #[test]
-fn hardening_11_cm_dreq_handler_timewait_drep_carries_no_rep_private_data() {
+fn cm_dreq_handler_timewait_drep_carries_no_rep_private_data() {
     let pair = Pair::new();
     let rep_pd = pattern(196, 11);
     let pd = rep_pd.clone();
@@ -120,7 +120,7 @@ fn passive_in_rep_sent(pair: &Pair) -> Arc<CmIdPriv> {
 /// ESTABLISHED when the work runs. Here the user disconnects right after
 /// `ib_cm_notify`, before the worker gets to the work.
 #[test]
-fn hardening_13_cm_establish_handler_skips_the_event_after_a_dreq_sent() {
+fn cm_establish_handler_skips_the_event_after_a_dreq_sent() {
     let pair = Pair::new();
     answer_dreqs(&pair.rec);
     let passive = passive_in_rep_sent(&pair);
@@ -141,7 +141,7 @@ fn hardening_13_cm_establish_handler_skips_the_event_after_a_dreq_sent() {
 /// `cm_establish_handler()`, the other way out of ESTABLISHED: the peer's
 /// DREQ was handled before the work ran (DREQ_RCVD), so no event.
 #[test]
-fn hardening_13_cm_establish_handler_skips_the_event_after_a_dreq_received() {
+fn cm_establish_handler_skips_the_event_after_a_dreq_received() {
     let pair = Pair::new();
     answer_dreqs(&pair.rec);
     let passive = passive_in_rep_sent(&pair);
@@ -161,7 +161,7 @@ fn hardening_13_cm_establish_handler_skips_the_event_after_a_dreq_received() {
 /// The usual case still works: notify in REP_SENT, the event comes, and the
 /// REP is no longer retransmitted.
 #[test]
-fn hardening_13_cm_establish_handler_delivers_while_established() {
+fn cm_establish_handler_delivers_while_established() {
     let pair = Pair::new();
     let passive = passive_in_rep_sent(&pair);
     crate::cm::notify(&passive, IB_EVENT_COMM_EST as i32).unwrap();
@@ -208,7 +208,7 @@ fn sidr_rep_params() -> SidrRepParams {
 /// `cm_send_sidr_rep_locked()`: when the post fails the id stays in
 /// SIDR_REQ_RCVD (and in the SIDR table), so the caller can try again.
 #[test]
-fn hardening_15_sidr_rep_send_failure_stays_sidr_req_rcvd_for_a_retry() {
+fn sidr_rep_send_failure_stays_sidr_req_rcvd_for_a_retry() {
     type Tries = (CmResult, ib_cm_state, CmResult, ib_cm_state);
     let pair = Pair::new();
     let tries: Arc<Mutex<Vec<Tries>>> = Arc::default();
@@ -243,7 +243,7 @@ fn hardening_15_sidr_rep_send_failure_stays_sidr_req_rcvd_for_a_retry() {
 /// Destroying an id in SIDR_REQ_RCVD whose rejecting SIDR_REP cannot be sent
 /// still ends (`cm_destroy_id` does not retry) and forgets the request.
 #[test]
-fn hardening_15_destroy_in_sidr_req_rcvd_with_failing_send_forgets_the_request() {
+fn destroy_in_sidr_req_rcvd_with_failing_send_forgets_the_request() {
     let pair = Pair::new();
     send_sidr_req(&pair.active, &sidr_params(&pair)).unwrap();
     let passive = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
@@ -269,7 +269,7 @@ use crate::wire::{Rej, parse_header};
 /// GID 0, no connection. A raw endpoint relays A's REQ, whose path leads to
 /// it and so names its GID, to B, and B's answer back to A.
 #[test]
-fn hardening_16_cm_req_handler_rejects_a_req_for_a_gid_not_ours_invalid_gid() {
+fn cm_req_handler_rejects_a_req_for_a_gid_not_ours_invalid_gid() {
     let pair = Pair::new();
     let relay = Raw::open();
     let p = ReqParams {
@@ -316,7 +316,7 @@ use crate::wire::{Mra, MsgResponse};
 /// repeated LAP gets the same MRA again. Sent to the LAP's sender, where the
 /// kernel's LAP handler points the connection.
 #[test]
-fn hardening_17_send_mra_lap_rcvd_sends_the_mra_at_once_and_again_for_a_duplicate() {
+fn send_mra_lap_rcvd_sends_the_mra_at_once_and_again_for_a_duplicate() {
     let pair = Pair::new();
     pair.rec.on(
         IB_CM_LAP_RECEIVED,
@@ -344,7 +344,7 @@ fn hardening_17_send_mra_lap_rcvd_sends_the_mra_at_once_and_again_for_a_duplicat
 /// With `IB_CM_MRA_FLAG_DELAY` nothing goes out until the duplicate, whose
 /// MRA carries the timeout without the flag bit (a 5-bit field) and the data.
 #[test]
-fn hardening_17_send_mra_with_delay_flag_waits_for_the_duplicate_lap() {
+fn send_mra_with_delay_flag_waits_for_the_duplicate_lap() {
     let pair = Pair::new();
     pair.rec.on(
         IB_CM_LAP_RECEIVED,
@@ -371,7 +371,7 @@ fn hardening_17_send_mra_with_delay_flag_waits_for_the_duplicate_lap() {
 /// `ib_send_cm_mra()`: an MRA that cannot be posted returns the error and
 /// changes nothing (state, stored data); the call can be repeated.
 #[test]
-fn hardening_17_send_mra_send_failure_returns_the_error_and_changes_nothing() {
+fn send_mra_send_failure_returns_the_error_and_changes_nothing() {
     type Tries = (CmResult, ib_cm_state, usize, CmResult, ib_cm_state);
     let pair = Pair::new();
     let tries: Arc<Mutex<Vec<Tries>>> = Arc::default();

@@ -95,7 +95,7 @@ fn ack_timeout_stays_at_most_31_whatever_the_delay_and_lifetime() {
 }
 
 #[test]
-fn finding_6_req_with_packet_life_time_39_is_retried_not_errored() {
+fn req_with_packet_life_time_39_is_retried_not_errored() {
     for packet_life_time in [39, 63, 255] {
         let pair = Pair::new();
         // The peer is unresponsive: its REP is lost, and it waits 2^23 ms
@@ -160,7 +160,7 @@ fn caller_response_timeouts_above_31_count_and_travel_as_31() {
 }
 
 #[test]
-fn mra_from_a_hostile_peer_with_every_service_timeout_bit_set_waits_2_23_ms_more() {
+fn mra_from_a_malicious_peer_with_every_service_timeout_bit_set_waits_2_23_ms_more() {
     // (packet lifetime of the REQ's path, the stretched interval: the MRA's
     // service timeout (31) + the path's ACK timeout, lifetime + 1 as 31)
     for (lifetime, interval) in [(0, MAX_MS + 1), (255, 2 * MAX_MS)] {

@@ -156,7 +156,7 @@ fn insert_listen_racing_itself_gives_back_the_losers_listen() {
 /// listens on the service ID. Its page listed only EINVAL and EIO; a caller
 /// reading it could not tell "taken elsewhere" from a programming error.
 #[test]
-fn hostile13_insert_listen_through_the_switch_returns_what_its_page_lists() {
+fn insert_listen_through_the_switch_returns_what_its_page_lists() {
     use crate::cm::insert_listen;
     use crate::switch::PeerCred;
     const TAKEN: u64 = 0x5ea3;
@@ -200,7 +200,7 @@ fn hostile13_insert_listen_through_the_switch_returns_what_its_page_lists() {
 /// fails with `ERR_PTR(-EBUSY)` (`alloc_local_id`); its page listed only
 /// EINVAL and EIO, and said the kernel's `-ENOMEM` is never returned.
 #[test]
-fn hostile13_create_id_with_the_slice_used_up_returns_what_its_page_lists() {
+fn create_id_with_the_slice_used_up_returns_what_its_page_lists() {
     let config = SwitchConfig {
         slice_bits: 8,
         ..SwitchConfig::default()

@@ -50,7 +50,7 @@ fn xrc_req(raw: &Raw, to: &Device, local_comm_id: u32, qpn: u32) -> Req {
 }
 
 #[test]
-fn hardening_12_xrc_tgt_rep_carries_the_qpn_in_the_eecn_as_the_kernel() {
+fn xrc_tgt_rep_carries_the_qpn_in_the_eecn_as_the_kernel() {
     let b = crate::cm::open_device(&loop_name()).unwrap();
     let rec = Arc::new(Recorder::default());
     // The caller asks for flow control, an initiator depth and no SRQ: for an
@@ -198,7 +198,7 @@ impl XrcIni {
 }
 
 #[test]
-fn hardening_12_xrc_ini_takes_the_remote_qpn_from_the_reps_eecn() {
+fn xrc_ini_takes_the_remote_qpn_from_the_reps_eecn() {
     let mut ini = XrcIni::new();
     let id = ini.connect(0x1111, TGT_QPN);
     ini.rec.wait(Some(&id), IB_CM_REP_RECEIVED);
@@ -210,7 +210,7 @@ fn hardening_12_xrc_ini_takes_the_remote_qpn_from_the_reps_eecn() {
 }
 
 #[test]
-fn hardening_12_two_xrc_connections_to_one_node_do_not_collide() {
+fn two_xrc_connections_to_one_node_do_not_collide() {
     let mut ini = XrcIni::new();
     let first = ini.establish(0x2221, TGT_QPN);
     // A second target QP of the same node: a new connection, not a stale one.
@@ -221,7 +221,7 @@ fn hardening_12_two_xrc_connections_to_one_node_do_not_collide() {
 }
 
 #[test]
-fn hardening_12_xrc_ini_dreq_carries_the_targets_qpn() {
+fn xrc_ini_dreq_carries_the_targets_qpn() {
     let mut ini = XrcIni::new();
     let id = ini.establish(0x3333, TGT_QPN);
     send_dreq(&id, None).unwrap();

@@ -242,7 +242,7 @@ impl StaleSetup {
 }
 
 #[test]
-fn review_a1_a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
+fn a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
     let mut s = StaleSetup::new(3800);
     let to_h = addr_of(&s.pair.a);
     // The attacker's REQ: its own comm ID (the only rule a REQ meets), any
@@ -278,7 +278,7 @@ fn review_a1_a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
 }
 
 #[test]
-fn review_a1_a_rep_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
+fn a_rep_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
     let mut s = StaleSetup::new(3810);
     const ATTACKER_SERVICE: u64 = 0x5151;
     assert_eq!(s.attacker.listen(ATTACKER_SERVICE), Ok(ATTACKER_SERVICE));
@@ -316,7 +316,7 @@ fn review_a1_a_rep_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
 }
 
 #[test]
-fn review_a1_a_req_or_rep_naming_another_ca_guid_is_dropped() {
+fn a_req_or_rep_naming_another_ca_guid_is_dropped() {
     // The same attack on connections between the peer and a third host: the
     // CA GUID of a REQ or REP is the sender's device's (cm_format_req,
     // cm_format_rep: id.device->node_guid); another value only serves to hit
@@ -377,7 +377,7 @@ fn review_a1_a_req_or_rep_naming_another_ca_guid_is_dropped() {
 // comm IDs.
 
 #[test]
-fn review_a2_a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection() {
+fn a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection() {
     let daemon = Daemon::start(3830);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
     let slice = attacker.register(&daemon.name).unwrap();
@@ -462,7 +462,7 @@ fn review_a2_a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection()
 // that address), which RoutedRequests holds.
 
 #[test]
-fn review_a3_a_tenants_rej_timeout_for_nobody_is_not_copied_to_every_other_tenant() {
+fn a_tenants_rej_timeout_for_nobody_is_not_copied_to_every_other_tenant() {
     let daemon = Daemon::start(3840);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
     let slice = attacker.register(&daemon.name).unwrap();
@@ -491,7 +491,7 @@ fn review_a3_a_tenants_rej_timeout_for_nobody_is_not_copied_to_every_other_tenan
 }
 
 #[test]
-fn review_a3_a_tenants_rej_timeouts_do_not_make_another_tenant_lose_its_req() {
+fn a_tenants_rej_timeouts_do_not_make_another_tenant_lose_its_req() {
     let daemon = Daemon::start(3845);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
     let slice = attacker.register(&daemon.name).unwrap();
@@ -524,7 +524,7 @@ fn review_a3_a_tenants_rej_timeouts_do_not_make_another_tenant_lose_its_req() {
 }
 
 #[test]
-fn review_a3_a_rej_timeout_for_a_routed_req_still_reaches_its_process() {
+fn a_rej_timeout_for_a_routed_req_still_reaches_its_process() {
     // What the fix must keep (passes on main): the REJ timeout of a
     // requester destroyed in REQ_SENT reaches the process its REQ was
     // routed to.
@@ -551,7 +551,7 @@ fn review_a3_a_rej_timeout_for_a_routed_req_still_reaches_its_process() {
 // and the victim's honest REP to a remote host's REQ is dropped as spoofed.
 
 #[test]
-fn review_a4_another_tenants_reqs_do_not_evict_a_request_routed_to_a_process() {
+fn another_tenants_reqs_do_not_evict_a_request_routed_to_a_process() {
     let daemon = Daemon::start(3860);
     let mut victim = Client::connect_as(&daemon.switch, user(5200));
     let victim_slice = victim.register(&daemon.name).unwrap();
@@ -635,14 +635,15 @@ fn resident() -> usize {
 const A5_CHILD: &str = "IBCM_REVIEW_A5_CHILD";
 
 #[test]
-fn review_a5_the_requests_routed_to_one_users_processes_are_bounded_per_user() {
+fn the_requests_routed_to_one_users_processes_are_bounded_per_user() {
     if std::env::var_os(A5_CHILD).is_some() {
         return measure_the_requests_routed_to_one_process();
     }
     // Measured in a fresh process: in this one the memory the tests before
     // freed is reused, and the resident size hardly moves (seen: the test
     // passed in a full run, failed alone).
-    let name = "switch::tests_review_a::review_a5_the_requests_routed_to_one_users_processes_are_bounded_per_user";
+    let name =
+        "switch::tests_tenants::the_requests_routed_to_one_users_processes_are_bounded_per_user";
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--test-threads=1", "--nocapture"])
         .env(A5_CHILD, "1")
@@ -709,7 +710,7 @@ fn measure_the_requests_routed_to_one_process() {
 // no such option and docs/ibcmd.md no such section.
 
 #[test]
-fn review_a6_the_quota_option_the_code_refers_to_exists() {
+fn the_quota_option_the_code_refers_to_exists() {
     let ibcmd = include_str!("../bin/ibcmd.rs");
     let doc = include_str!("../../docs/ibcmd.md");
     assert!(
@@ -728,7 +729,7 @@ fn review_a6_the_quota_option_the_code_refers_to_exists() {
 // counter on: another tenant's lost MAD afterwards is not logged.
 
 #[test]
-fn review_a7_a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_loss() {
+fn a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_loss() {
     let daemon = Daemon::start(3880);
     let log = crate::log::capture::Capture::of(&[&daemon.name]);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
@@ -798,7 +799,7 @@ fn rdma_cm_tcp_service_id(port: u16) -> u64 {
 }
 
 #[test]
-fn review_a8_an_unprivileged_tenant_cannot_listen_on_a_privileged_rdma_cm_port() {
+fn an_unprivileged_tenant_cannot_listen_on_a_privileged_rdma_cm_port() {
     use std::os::unix::process::CommandExt;
     let daemon = Daemon::start(3890);
     // An unprivileged process of user 4747 (a child set to that user when

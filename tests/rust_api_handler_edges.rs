@@ -82,7 +82,7 @@ fn reopens(name: &str) -> bool {
 /// the same CAS that it races with the CM's auto-destroy let it win after
 /// the CM had decided to destroy.
 #[test]
-fn review_h_1_adopt_gives_none_once_the_cm_destroyed_the_id() {
+fn adopt_gives_none_once_the_cm_destroyed_the_id() {
     let (a, b) = devices();
     let (id_tx, id_rx) = mpsc::channel::<CmId>();
     let id_tx = Mutex::new(id_tx);
@@ -127,7 +127,7 @@ fn review_h_1_adopt_gives_none_once_the_cm_destroyed_the_id() {
 /// thread goes IDLE with no event after it: the CM must destroy it then,
 /// or it stays (with its device's id count) until the device closes.
 #[test]
-fn review_h_2_a_request_rejected_from_another_thread_is_destroyed() {
+fn a_request_rejected_from_another_thread_is_destroyed() {
     let (a, b) = devices();
     let (id_tx, id_rx) = mpsc::channel::<CmId>();
     let id_tx = Mutex::new(id_tx);
@@ -166,7 +166,7 @@ fn review_h_2_a_request_rejected_from_another_thread_is_destroyed() {
 /// of being forgotten for the peer to retry into the same panic until its
 /// retries run out.
 #[test]
-fn review_h_3_a_panicking_request_handler_rejects_the_request_once() {
+fn a_panicking_request_handler_rejects_the_request_once() {
     let (a, b) = devices();
     let calls = Arc::new(AtomicU32::new(0));
     let counted = calls.clone();
@@ -196,7 +196,7 @@ fn review_h_3_a_panicking_request_handler_rejects_the_request_once() {
 /// `Verdict::Destroy` (its handler's state is unknown), so the connection
 /// ends (the peer gets a DREQ) instead of living on unserved.
 #[test]
-fn review_h_4_a_panicking_event_handler_ends_its_connection() {
+fn a_panicking_event_handler_ends_its_connection() {
     let (a, b) = devices();
     let _listener = b
         .listen_with(
@@ -227,7 +227,7 @@ fn review_h_4_a_panicking_event_handler_ends_its_connection() {
 /// `ibcm_process_events` gives inside a handler, not a hang (without a
 /// bound) or a timeout that stalls every id (with one).
 #[test]
-fn review_h_5_a_blocking_wait_inside_a_handler_is_edeadlk() {
+fn a_blocking_wait_inside_a_handler_is_edeadlk() {
     let (a, b) = devices();
     let queued = Arc::new(b.listen(SERVICE_ID + 1).unwrap());
     let (tx, rx) = mpsc::channel();
@@ -252,7 +252,7 @@ fn review_h_5_a_blocking_wait_inside_a_handler_is_edeadlk() {
 /// thread: its CM-owned connection is destroyed there (DREQ to the peer),
 /// nothing waits for itself, and the device closes (it opens again).
 #[test]
-fn review_h_6_the_last_device_handle_dropped_inside_a_handler() {
+fn the_last_device_handle_dropped_inside_a_handler() {
     let (a, b) = devices();
     let b_name = b.name().to_owned();
     let (rtu_tx, rtu_rx) = mpsc::channel();
@@ -310,7 +310,7 @@ fn review_h_6_the_last_device_handle_dropped_inside_a_handler() {
 /// itself (the handler holds the listener's callback guard), the request
 /// in hand is still answered, and a later REQ finds no listener.
 #[test]
-fn review_h_7_a_listener_dropped_inside_its_own_request_handler() {
+fn a_listener_dropped_inside_its_own_request_handler() {
     let (a, b) = devices();
     let slot: Arc<Mutex<Option<ib_cm::handler::HandlerListener>>> = Arc::default();
     let in_handler = slot.clone();
@@ -337,7 +337,7 @@ fn review_h_7_a_listener_dropped_inside_its_own_request_handler() {
     assert_eq!(next(&a_rx), "REJ_RECEIVED");
 }
 
-/// How a connection of the CM's ends, for review_h_8.
+/// How a connection of the CM's ends, for each_way_a_cm_connection_ends_destroys_its_id.
 #[derive(Clone, Copy, Debug)]
 enum End {
     /// The request handler refuses (`Verdict::Destroy`): a REJ.
@@ -353,7 +353,7 @@ enum End {
 /// No id of the CM's is left behind, however its connection ends: each
 /// passive id is destroyed (a live IDLE one would still take calls).
 #[test]
-fn review_h_8_each_way_a_cm_connection_ends_destroys_its_id() {
+fn each_way_a_cm_connection_ends_destroys_its_id() {
     let (a, b) = devices();
     let seen: Arc<Mutex<Vec<CmId>>> = Arc::default();
     let keep = seen.clone();
@@ -422,7 +422,7 @@ fn review_h_8_each_way_a_cm_connection_ends_destroys_its_id() {
 /// the handler's, `Verdict::Keep`): the REJ is the handler's, and the id,
 /// destroyed by `reject` from inside its handler, is not touched after.
 #[test]
-fn review_h_9_a_request_rejected_inside_its_handler() {
+fn a_request_rejected_inside_its_handler() {
     let (a, b) = devices();
     let (id_tx, id_rx) = mpsc::channel::<CmId>();
     let id_tx = Mutex::new(id_tx);
@@ -463,7 +463,7 @@ fn review_h_9_a_request_rejected_inside_its_handler() {
 /// id left, failed with EBUSY, and the device stayed open for ever (every
 /// later open of its name: EBUSY).
 #[test]
-fn review_h_10_the_last_handle_dropped_in_a_handler_with_work_queued_behind() {
+fn the_last_handle_dropped_in_a_handler_with_work_queued_behind() {
     let (a, b) = devices();
     let b_name = b.name().to_owned();
     let slow =

@@ -19,7 +19,7 @@ use crate::errno::EINVAL;
 /// fd out of its epoll set as docs/threads.md says, and closes, gets
 /// `-EBUSY` for an id it never saw; the docs promise the opposite.
 #[test]
-fn hostile_c_fd_mode_close_after_listener_destroyed_is_not_ebusy() {
+fn fd_mode_close_after_listener_destroyed_is_not_ebusy() {
     let (a, b, rec) = fd_pair();
     let listener = create_id(&b, rec.handler()).unwrap();
     listen(&listener, SERVICE_ID).unwrap();
@@ -75,7 +75,7 @@ fn req_params(a: &Device, b: &Device) -> ReqParams {
 /// forgotten (-ENOMEM way) and its backlog place is given back; the
 /// listener takes the peer's retransmission.
 #[test]
-fn hostile_c_fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
+fn fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     let (a, b, rec) = fd_pair();
     let panics = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     {
@@ -128,7 +128,7 @@ fn hostile_c_fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
 /// worker's queue (not for this thread), the device's queue is dropped, and
 /// the drain loop ends.
 #[test]
-fn hostile_c_fd_mode_handler_closes_its_own_device() {
+fn fd_mode_handler_closes_its_own_device() {
     let (a, b, rec) = fd_pair();
     let closed = Arc::new(Mutex::new(None));
     let listener = create_id(&b, rec.handler()).unwrap();
@@ -163,7 +163,7 @@ fn hostile_c_fd_mode_handler_closes_its_own_device() {
 /// state line says `SIDR_REQ_RCVD -> IDLE (SIDR_REP sent)`. Someone grepping
 /// the log for why a client got no answer is told it got one.
 #[test]
-fn hostile_c_log_orphan_sidr_req_forgotten_does_not_claim_a_sidr_rep_was_sent() {
+fn log_orphan_sidr_req_forgotten_does_not_claim_a_sidr_rep_was_sent() {
     use crate::cm::{SidrReqParams, send_sidr_req};
     use crate::log::capture::Capture;
     use crate::wire::attr;

@@ -4,7 +4,7 @@
 //! that disconnects before its RTU, a driver run by hand and dropped.
 //! Each test names what it attacks and what must hold.
 //!
-//! `cargo test --features tokio --test rust_api_async_review`
+//! `cargo test --features tokio --test rust_api_async_edges`
 #![cfg(feature = "tokio")]
 
 mod rust_api_support;
@@ -51,7 +51,7 @@ async fn connect(
 /// none), and the blocking API gives up on the event after a second. The
 /// future must end with the refusal (`EINVAL`), not wait for ever.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_1_reply_after_own_reject_ends_with_the_refusal() {
+async fn reply_after_own_reject_ends_with_the_refusal() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let pending = a.request(request(&a, &b, next_qpn(), b"rej")).unwrap();
@@ -75,7 +75,7 @@ async fn review_a_1_reply_after_own_reject_ends_with_the_refusal() {
 /// future must do what `ib_destroy_cm_id` does there, a REJ
 /// `CONSUMER_DEFINED` that the passive side's wait for the RTU ends with.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_3_connect_dropped_after_the_rep_came_rejects() {
+async fn connect_dropped_after_the_rep_came_rejects() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let sent = {
@@ -100,7 +100,7 @@ async fn review_a_3_connect_dropped_after_the_rep_came_rejects() {
 /// (MRA_REQ_RCVD): dropping it must send the REJ `TIMEOUT` of
 /// `ib_destroy_cm_id` in that state, which the passive side's reply sees.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_4_connect_dropped_after_an_mra_rejects_timeout() {
+async fn connect_dropped_after_an_mra_rejects_timeout() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let incoming = {
@@ -132,7 +132,7 @@ async fn review_a_4_connect_dropped_after_an_mra_rejects_timeout() {
 /// DREQ for `next_event`, after which a disconnect is refused (`EINVAL`,
 /// nothing sent) and `reply_disconnect`'s data reaches the peer.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_5_disconnect_cancelled_before_the_peer_dreq_event_keeps_it() {
+async fn disconnect_cancelled_before_the_peer_dreq_event_keeps_it() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let (mut a_conn, mut b_conn) = connect(&a, &b, &listener).await;
@@ -172,7 +172,7 @@ async fn review_a_5_disconnect_cancelled_before_the_peer_dreq_event_keeps_it() {
 /// peer's wait) and say so; no event is left behind but the end of
 /// timewait.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_6_disconnect_racing_the_peer_dreq_event_answers_it() {
+async fn disconnect_racing_the_peer_dreq_event_answers_it() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let (mut a_conn, mut b_conn) = connect(&a, &b, &listener).await;
@@ -203,7 +203,7 @@ async fn review_a_6_disconnect_racing_the_peer_dreq_event_answers_it() {
 /// must be the next call's, once, in its place; then the end of timewait,
 /// then `Closed`.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_7_wait_closed_cancelled_leaves_what_it_passed_over() {
+async fn wait_closed_cancelled_leaves_what_it_passed_over() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let (mut a_conn, mut b_conn) = connect(&a, &b, &listener).await;
@@ -246,7 +246,7 @@ async fn review_a_7_wait_closed_cancelled_leaves_what_it_passed_over() {
 /// first event is that DREQ; dropping the connection then answers it
 /// (DREP), which the peer's `next_event` gets.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_8_accept_ends_with_the_dreq_that_came_before_the_rtu() {
+async fn accept_ends_with_the_dreq_that_came_before_the_rtu() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     a.drop_next_sent(ATTR_RTU, 100).unwrap();
@@ -293,7 +293,7 @@ async fn review_a_8_accept_ends_with_the_dreq_that_came_before_the_rtu() {
 /// a blocking device, sees the REJ and the DREQ); then the device is
 /// closed (its name opens again).
 #[test]
-fn review_a_9_runtime_dropped_under_pending_futures() {
+fn runtime_dropped_under_pending_futures() {
     let (a_blocking, b) = rust_api_support::devices();
     let a_name = a_blocking.name().to_owned();
     drop(a_blocking);
@@ -373,7 +373,7 @@ fn review_a_9_runtime_dropped_under_pending_futures() {
 /// connect futures that sent them wait: each must end with the REJ
 /// `CONSUMER_DEFINED` the dropped listener's requests get.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_10_listener_dropped_with_queued_requests_rejects_them() {
+async fn listener_dropped_with_queued_requests_rejects_them() {
     let (a, b) = async_devices();
     let listener = b.listen(SERVICE_ID).unwrap();
     let connect = |data: &'static [u8]| {
@@ -447,7 +447,7 @@ async fn readable(driver: &ib_cm::aio::Driver) {
 /// (its listener gone: forgotten, as the engine forgets an orphan), and the
 /// device must close.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_11_driver_dropped_with_an_event_pending() {
+async fn driver_dropped_with_an_event_pending() {
     let (a_name, b_name) = two_names();
     let a = Device::open_tokio(&a_name).unwrap();
     let (b, b_driver) = Device::open(&b_name).unwrap();
@@ -480,7 +480,7 @@ async fn review_a_11_driver_dropped_with_an_event_pending() {
 /// says closed (`run_pending` `None`, `poll_closed` ready) instead of
 /// running anything more.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_12_device_closed_under_its_driver() {
+async fn device_closed_under_its_driver() {
     let (a_name, b_name) = two_names();
     let a = Device::open_tokio(&a_name).unwrap();
     let (b, b_driver) = Device::open(&b_name).unwrap();
@@ -514,7 +514,7 @@ async fn review_a_12_device_closed_under_its_driver() {
 /// deadlock between a drop and the driver running the id's handler), and
 /// both devices must close once the last value goes (no id left behind).
 #[test]
-fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
+fn multi_thread_runtime_drops_and_cancels_everywhere() {
     const N: usize = 160;
     let (a_name, b_name) = two_names();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -620,7 +620,7 @@ fn review_a_13_multi_thread_runtime_drops_and_cancels_everywhere() {
 /// its retransmission, once, so that every request is accepted exactly
 /// once.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_14_a_flood_beyond_the_backlog_is_accepted_once_each() {
+async fn a_flood_beyond_the_backlog_is_accepted_once_each() {
     const BACKLOG: usize = 1024;
     const N: usize = BACKLOG + 6;
     let (a, b) = async_devices();
@@ -662,7 +662,7 @@ async fn review_a_14_a_flood_beyond_the_backlog_is_accepted_once_each() {
 
 /// A raw endpoint on the fabric (a loop device nobody opened as a
 /// `Device`): sends crafted MADs, collects the MADs sent to it (as
-/// `tests/rust_api_sidr_review.rs`'s).
+/// `tests/rust_api_sidr_edges.rs`'s).
 struct Raw {
     me: ib_cm::transport::loopback::LoopIdentity,
     transport: Arc<ib_cm::transport::loopback::LoopTransport>,
@@ -733,7 +733,7 @@ impl Drop for Raw {
 /// ends with `Error::Rejected` (the REJ's reason), or with a connection
 /// whose next event is the REJ; never with a bare refusal of the RTU.
 #[tokio::test(flavor = "current_thread")]
-async fn review_a_15_connect_answered_rep_then_rej_reports_the_rej() {
+async fn connect_answered_rep_then_rej_reports_the_rej() {
     use ib_cm::wire::{MsgResponse, Rej, Rep, Req, attr};
     let a = async_devices().0;
     let raw = Raw::open();

@@ -100,7 +100,7 @@ fn wait_counter(switch: &Switch, counter: SwitchCounter, n: u64) {
 /// can connect (here 100 in well under a second, where the budget allows
 /// 20 per 10 s).
 #[test]
-fn review_b_malformed_messages_in_a_reconnect_loop_stay_within_the_tenant_log_budget() {
+fn malformed_messages_in_a_reconnect_loop_stay_within_the_tenant_log_budget() {
     // The line names no device: capture it by the word every such line has.
     let log = Capture::of(&["process"]);
     let (switch, _device) = switch_on(3970, SwitchConfig::default());
@@ -140,7 +140,7 @@ fn review_b_malformed_messages_in_a_reconnect_loop_stay_within_the_tenant_log_bu
 /// ibcmd(8) suggests for watching registrations; the registration lines
 /// themselves are budgeted).
 #[test]
-fn review_b_exits_under_a_forked_child_stay_within_the_tenant_log_budget() {
+fn exits_under_a_forked_child_stay_within_the_tenant_log_budget() {
     let (switch, device) = switch_on(3972, SwitchConfig::default());
     let log = Capture::of(&[&device, "process"]);
     let uid = 3_972_001;
@@ -204,7 +204,7 @@ fn queued_bytes(conn: &SeqPacket) -> usize {
 /// `SO_SNDBUFFORCE` of `CLIENT_SEND_BUFFER`, beyond `wmem_max`, which is
 /// more than the tenant could pin with socket pairs of its own).
 #[test]
-fn review_b_connections_closed_as_stalled_do_not_keep_daemon_buffers_beyond_the_quota() {
+fn connections_closed_as_stalled_do_not_keep_daemon_buffers_beyond_the_quota() {
     let quota = 1;
     let config = SwitchConfig {
         quotas: Quotas {
@@ -317,7 +317,7 @@ fn open_descriptors() -> usize {
 /// 768 descriptors: 21 users exhaust the unit's `LimitNOFILE=16384`, and
 /// then `accept` fails with EMFILE for everyone.
 #[test]
-fn review_b_a_registered_connection_holds_the_daemon_descriptors_documented() {
+fn a_registered_connection_holds_the_daemon_descriptors_documented() {
     let (switch, device) = switch_on(3976, SwitchConfig::default());
     let uid = 3_976_001;
     let me = i32::try_from(std::process::id()).unwrap();
@@ -424,7 +424,7 @@ impl MadTransport for ReaderTransport {
 /// takes the `devices` read lock: it waits for `close`, which waits for it.
 /// The daemon hangs at stop until systemd kills it (TimeoutStopSec).
 #[test]
-fn review_b_close_returns_while_a_reader_is_answering_a_mad_itself() {
+fn close_returns_while_a_reader_is_answering_a_mad_itself() {
     let switch = Switch::new(SwitchConfig::default());
     switch
         .add_device("review-b-reader", |recv| {

@@ -10,7 +10,7 @@ use crate::wire::attr;
 /// (`retry_send()` fails) completes at once with `IB_WC_RESP_TIMEOUT_ERR`,
 /// exactly as one out of retries; no further retransmission follows.
 #[test]
-fn hardening_15b_timeout_sends_failed_retry_send_completes_with_resp_timeout() {
+fn timeout_sends_failed_retry_send_completes_with_resp_timeout() {
     let pair = Pair::new();
     pair.loop_a().drop_next(attr::REQ, 1).unwrap(); // the first REQ is lost
     send_req(&pair.active, &pair.req_params()).unwrap(); // max_cm_retries 3
@@ -34,7 +34,7 @@ fn hardening_15b_timeout_sends_failed_retry_send_completes_with_resp_timeout() {
 /// (With the bound lowered to 256: 64 Ki MADs through the worker that every
 /// test shares would hold up the others' exchanges.)
 #[test]
-fn hardening_05a_receive_queue_is_bounded_per_device() {
+fn receive_queue_is_bounded_per_device() {
     assert_eq!(RX_QUEUE_CAP, 65_536); // as documented
     let cap = 256;
     let pair = Pair::new();
@@ -79,7 +79,7 @@ fn hardening_05a_receive_queue_is_bounded_per_device() {
 /// A closed device reaches its transport no more: sends fail with `-ENODEV`
 /// (nothing reaches the fabric), and no id can be made on it.
 #[test]
-fn hardening_02_closed_device_refuses_sends_and_ids() {
+fn closed_device_refuses_sends_and_ids() {
     let pair = Pair::new();
     let garbage: Mad = [0; crate::wire::MAD_SIZE];
     let before = pair.loop_b().sent(0);

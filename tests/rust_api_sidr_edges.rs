@@ -144,7 +144,7 @@ fn answer(req: &SidrReq) -> SidrRep {
 /// `IB_SIDR_REJECT` at once (as rdma_cm's -ENOMEM does in the kernel),
 /// and dropping the listener answers every request it held, REJECT too.
 #[test]
-fn review_s_1_requests_beyond_the_backlog_are_answered_reject_and_bounded() {
+fn requests_beyond_the_backlog_are_answered_reject_and_bounded() {
     let (_a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
     let raw = Raw::open();
@@ -181,7 +181,7 @@ fn review_s_1_requests_beyond_the_backlog_are_answered_reject_and_bounded() {
 /// waits to be accepted: it is a duplicate, not a second request; the one
 /// request is answered once.
 #[test]
-fn review_s_2_a_duplicate_while_queued_is_not_queued_twice() {
+fn a_duplicate_while_queued_is_not_queued_twice() {
     let (_a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
     let raw = Raw::open();
@@ -210,7 +210,7 @@ fn review_s_2_a_duplicate_while_queued_is_not_queued_twice() {
 /// after the QPN: the status comes as sent (`Other`), the QPN keeps its 24
 /// bits, the information is as long as the reply says.
 #[test]
-fn review_s_3_an_unknown_status_and_the_qpns_24_bits_reach_the_user() {
+fn an_unknown_status_and_the_qpns_24_bits_reach_the_user() {
     let (a, _b) = devices();
     let raw = Raw::open();
     let pending = a
@@ -242,7 +242,7 @@ fn review_s_3_an_unknown_status_and_the_qpns_24_bits_reach_the_user() {
 /// dropped (the request waits on and takes the next, sound reply); the
 /// kernel would hand out a length past the field.
 #[test]
-fn review_s_4_a_reply_with_information_over_72_bytes_is_dropped() {
+fn a_reply_with_information_over_72_bytes_is_dropped() {
     let (a, _b) = devices();
     let raw = Raw::open();
     let pending = a
@@ -272,7 +272,7 @@ fn review_s_4_a_reply_with_information_over_72_bytes_is_dropped() {
 /// A SIDR_REP for a request that already timed out (or was dropped) finds
 /// nobody: nothing happens, and the device answers the next request.
 #[test]
-fn review_s_5_a_reply_after_the_request_timed_out_finds_nobody() {
+fn a_reply_after_the_request_timed_out_finds_nobody() {
     let (a, b) = devices();
     let raw = Raw::open();
     let timed_out = a
@@ -310,7 +310,7 @@ fn review_s_5_a_reply_after_the_request_timed_out_finds_nobody() {
 /// the listener and the last `Device` handle are gone, its reply still
 /// reaches the peer.
 #[test]
-fn review_s_6_a_reply_after_listener_and_device_are_gone_is_sent() {
+fn a_reply_after_listener_and_device_are_gone_is_sent() {
     let (a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
     let pending = a
@@ -332,7 +332,7 @@ fn review_s_6_a_reply_after_listener_and_device_are_gone_is_sent() {
 /// times over: no panic, no hang, the reply is sent every time, and the
 /// device serves requests after.
 #[test]
-fn review_s_7_a_request_dropped_while_its_reply_comes() {
+fn a_request_dropped_while_its_reply_comes() {
     let (a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
     for i in 0..200u32 {
@@ -360,7 +360,7 @@ fn review_s_7_a_request_dropped_while_its_reply_comes() {
 /// then its handle goes; the last handle's drop answers the rest REJECT.
 /// Every request gets exactly one answer: success for those taken.
 #[test]
-fn review_s_8_a_shared_listener_dropped_while_another_thread_accepts() {
+fn a_shared_listener_dropped_while_another_thread_accepts() {
     let (a, b) = devices();
     let listener = Arc::new(b.listen_sidr(SIDR_SERVICE_ID).unwrap());
     let n = 40;
@@ -400,7 +400,7 @@ fn review_s_8_a_shared_listener_dropped_while_another_thread_accepts() {
 /// `IB_SIDR_UNSUPPORTED` at once. Every request of a peer that resends is
 /// answered, none runs out of retries.
 #[test]
-fn review_s_9_a_listener_dropped_during_a_flood_leaves_no_request_unanswered() {
+fn a_listener_dropped_during_a_flood_leaves_no_request_unanswered() {
     let (a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
     let n = 300;
@@ -437,7 +437,7 @@ fn review_s_9_a_listener_dropped_during_a_flood_leaves_no_request_unanswered() {
 /// 0x8001 in its payload and sends on index 0, the loop port's default
 /// partition 0xffff.
 #[test]
-fn review_s_15_bth_pkey_is_the_packets_not_the_payloads() {
+fn bth_pkey_is_the_packets_not_the_payloads() {
     let (_a, b) = devices();
     let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
     let raw = Raw::open();
@@ -457,7 +457,7 @@ fn review_s_15_bth_pkey_is_the_packets_not_the_payloads() {
 /// A SIDR listener on a service ID the CM assigns: `service_id` says
 /// which, and a request for it is answered.
 #[test]
-fn review_s_16_an_assigned_service_id_serves_sidr() {
+fn an_assigned_service_id_serves_sidr() {
     let (a, b) = devices();
     let listener = b.listen_sidr(ib_cm::Listener::ASSIGN_SERVICE_ID).unwrap();
     // From 0x0200_0000_0000_0000 on, as the kernel's cm.listen_service_id
@@ -500,7 +500,7 @@ mod asynchronous {
     /// there for the next accept. Two accepts waiting at once are both
     /// woken, so dropping one loses no wake-up for the other.
     #[test]
-    fn review_s_10_an_accept_woken_then_dropped_loses_nothing() {
+    fn an_accept_woken_then_dropped_loses_nothing() {
         runtime().block_on(async {
             let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();
@@ -532,7 +532,7 @@ mod asynchronous {
     /// polled again: the request is over, nothing is resent, the listener
     /// side is unaffected, and a new request works.
     #[test]
-    fn review_s_11_a_wait_dropped_after_its_reply_came() {
+    fn a_wait_dropped_after_its_reply_came() {
         runtime().block_on(async {
             let (a, b) = async_devices();
             let listener = b.listen_sidr(SIDR_SERVICE_ID).unwrap();

@@ -17,7 +17,7 @@ use crate::errno::EDEADLK;
 /// must not take an FD device's turn: `-EDEADLK`, as from a handler.
 #[test]
 #[cfg_attr(miri, ignore)]
-fn hostile13_process_events_from_an_sa_callback_does_not_stall_the_worker() {
+fn process_events_from_an_sa_callback_does_not_stall_the_worker() {
     let fd_dev = open_device(&loop_name()).unwrap();
     set_event_mode(&fd_dev, IBCM_EVENTS_FD).unwrap();
     let worker_dev = open_device(&loop_name()).unwrap();
@@ -95,7 +95,7 @@ fn hostile13_process_events_from_an_sa_callback_does_not_stall_the_worker() {
 /// ibcm_set_event_mode(3) lists it, "see ib_cm(7)"; ib_cm(7) said nothing
 /// of fork or EOWNERDEAD, so the other 32 pages' callers had no word of it.
 #[test]
-fn hostile13_eownerdead_is_in_ib_cm_7_where_the_pages_point() {
+fn eownerdead_is_in_ib_cm_7_where_the_pages_point() {
     let overview = include_str!("../../../man/man7/ib_cm.7");
     let section = overview
         .split(".SH RETURN VALUES AND BAD INPUT")
@@ -119,7 +119,7 @@ fn hostile13_eownerdead_is_in_ib_cm_7_where_the_pages_point() {
 /// `-EBUSY` after 2 s.
 #[test]
 #[cfg_attr(miri, ignore)]
-fn hostile13_fd_mode_close_waits_for_a_busy_turn_at_most_close_wait() {
+fn fd_mode_close_waits_for_a_busy_turn_at_most_close_wait() {
     let device = open_device(&loop_name()).unwrap();
     set_event_mode(&device, IBCM_EVENTS_FD).unwrap();
     let in_handler = Arc::new(AtomicBool::new(false));
@@ -171,7 +171,7 @@ fn hostile13_fd_mode_close_waits_for_a_busy_turn_at_most_close_wait() {
 /// before its `-EBUSY`; not waiting, it returns well within that.
 #[test]
 #[cfg_attr(miri, ignore)]
-fn hostile13_close_from_an_fd_handler_does_not_wait_for_the_worker() {
+fn close_from_an_fd_handler_does_not_wait_for_the_worker() {
     let fd_dev = open_device(&loop_name()).unwrap();
     set_event_mode(&fd_dev, IBCM_EVENTS_FD).unwrap();
     let worker_dev = open_device(&loop_name()).unwrap();

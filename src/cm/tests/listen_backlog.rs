@@ -61,7 +61,7 @@ impl Gate {
 /// before its SIDR_REQ_RECEIVED ran); the retransmission finds no listener
 /// and gets the usual UNSUPPORTED.
 #[test]
-fn hardening_01_sidr_req_after_listener_destroyed_is_forgotten_and_its_retry_gets_unsupported() {
+fn sidr_req_after_listener_destroyed_is_forgotten_and_its_retry_gets_unsupported() {
     let pair = Pair::new();
     let gate = Arc::new(Gate::default());
     let blocker = super::super::create_id(&pair.b, gate.handler()).unwrap();
@@ -114,7 +114,7 @@ fn new_ids(rec: &Recorder) -> Vec<Arc<CmIdPriv>> {
 /// runs before the worker takes another batch of MADs, so a burst never
 /// fills it there.)
 #[test]
-fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
+fn listen_backlog_drops_and_counts_requests_beyond_it() {
     let pair = Pair::with_b_in_fd_mode();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
     let mut params = pair.req_params();
@@ -170,7 +170,7 @@ fn hardening_05b_listen_backlog_drops_and_counts_requests_beyond_it() {
 /// REQ. (Before, 10,000 REQs queued at once made `ibcm-cmtime` connect 487
 /// per second: all but 1,024 overflowed and waited for a retransmission.)
 #[test]
-fn hardening_05b_a_burst_of_requests_in_worker_mode_never_overflows() {
+fn a_burst_of_requests_in_worker_mode_never_overflows() {
     let pair = Pair::new();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
     let first = Arc::new(Gate::default());
@@ -205,7 +205,7 @@ fn counters(device: &Device) -> crate::cm::counters::Snapshot {
 }
 
 #[test]
-fn hardening_03_listen_racing_destroy_never_revives_the_id() {
+fn listen_racing_destroy_never_revives_the_id() {
     let device = super::super::open_device(&loop_name()).unwrap();
     let rec = Arc::new(Recorder::default());
     let barrier = std::sync::Barrier::new(2);
@@ -240,7 +240,7 @@ fn hardening_03_listen_racing_destroy_never_revives_the_id() {
 /// (SIDR_REQ_RECEIVED) handler has run, answered or not, as ucma holds one
 /// until userspace reads the event; or until it is destroyed first.
 #[test]
-fn hardening_05b_backlog_counts_new_ids_until_their_request_event_is_handled() {
+fn backlog_counts_new_ids_until_their_request_event_is_handled() {
     let pair = Pair::new();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
     pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0));

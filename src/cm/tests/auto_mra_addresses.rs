@@ -1,4 +1,4 @@
-//! Hostile review of the automatic MRA (issue 33): each `review_m_N_` test
+//! The automatic MRA (issue 33): which retransmissions get one; each test
 //! failed on main b159386 before its fix.
 
 use std::sync::Arc;
@@ -47,7 +47,7 @@ fn got_back(raw: &Raw) -> Vec<(u16, Option<Mra>)> {
 /// the wire or guessed) while B's user holds the REQ: it must get nothing,
 /// while A's own retransmission still gets its MRA.
 #[test]
-fn review_m_1_a_duplicate_req_from_another_address_gets_no_mra() {
+fn a_duplicate_req_from_another_address_gets_no_mra() {
     let pair = Pair::new();
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // the user is slow
@@ -98,7 +98,7 @@ fn review_m_1_a_duplicate_req_from_another_address_gets_no_mra() {
 /// copy of B's REP (both comm IDs): it must get no MRA of REP, while B's
 /// own retransmission of the REP still gets one.
 #[test]
-fn review_m_1_a_duplicate_rep_from_another_address_gets_no_mra() {
+fn a_duplicate_rep_from_another_address_gets_no_mra() {
     let pair = Pair::new();
     pair.a.set_auto_mra(AUTO_MRA_DEFAULT);
     pair.rec.on(IB_CM_REP_RECEIVED, Arc::new(|_, _| 0)); // no RTU yet
@@ -154,7 +154,7 @@ fn refused_by(daemon: &super::switched::Daemon) -> (u64, u64) {
 }
 
 #[test]
-fn review_m_switch_an_auto_mra_of_req_passes_the_daemon() {
+fn an_auto_mra_of_req_passes_the_switch_daemon() {
     let daemon = super::switched::Daemon::start(3950);
     let b = crate::cm::open_device(&daemon.name).unwrap();
     let pair = Pair::open(b);
@@ -174,7 +174,7 @@ fn review_m_switch_an_auto_mra_of_req_passes_the_daemon() {
 
 /// B (behind the daemon) connects to a listener on A and holds its RTU.
 #[test]
-fn review_m_switch_an_auto_mra_of_rep_passes_the_daemon() {
+fn an_auto_mra_of_rep_passes_the_switch_daemon() {
     let daemon = super::switched::Daemon::start(3951);
     let b = crate::cm::open_device(&daemon.name).unwrap();
     let pair = Pair::open(b);
@@ -244,7 +244,7 @@ fn answers_to_a_copy(pair: &Pair, raw: &Raw, mad: &Mad) -> Vec<(u16, Option<Mra>
 }
 
 #[test]
-fn review_m_timeouts_31_and_0_of_a_req() {
+fn timeouts_31_and_0_of_a_req() {
     let pair = Pair::new();
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
@@ -276,7 +276,7 @@ fn review_m_timeouts_31_and_0_of_a_req() {
 }
 
 #[test]
-fn review_m_states_rep_sent_ignores_a_duplicate_req() {
+fn rep_sent_ignores_a_duplicate_req() {
     let pair = Pair::new();
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
@@ -309,7 +309,7 @@ fn review_m_states_rep_sent_ignores_a_duplicate_req() {
 /// and 384 ms. B's user then holds that REQ: each retransmission must get
 /// an MRA.
 #[test]
-fn review_m_3_retransmissions_queued_behind_a_busy_worker_get_an_mra() {
+fn retransmissions_queued_behind_a_busy_worker_get_an_mra() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let pair = Pair::new();
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
@@ -356,7 +356,7 @@ fn review_m_3_retransmissions_queued_behind_a_busy_worker_get_an_mra() {
 /// not only the LID): the requester's own retransmission still gets its
 /// automatic MRA.
 #[test]
-fn review_m_1_on_roce_the_requesters_own_retransmission_gets_an_mra() {
+fn on_roce_the_requesters_own_retransmission_gets_an_mra() {
     let roce = || crate::cm::open_roce_loop_device(&loop_name()).unwrap();
     let pair = Pair::open_both(roce(), roce());
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);

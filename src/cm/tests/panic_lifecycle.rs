@@ -19,7 +19,7 @@ use crate::cm::worker::panicked;
 /// library's delivery path panic from a test); any panic of the library while
 /// it builds or delivers the event (ffi/event.rs) has the same effect.
 #[test]
-fn hostile_a_panic_delivering_req_received_leaks_the_new_id() {
+fn a_panic_delivering_req_received_leaks_the_new_id() {
     let pair = Pair::new();
     let before = panicked();
     let panicked_once = Arc::new(AtomicBool::new(false));
@@ -74,7 +74,7 @@ fn hostile_a_panic_delivering_req_received_leaks_the_new_id() {
 /// nothing that would ever end it (the kernel's MAD layer always completes a
 /// send: a response, a timeout or an error).
 #[test]
-fn hostile_a_panic_in_a_retransmission_timer_leaves_the_req_pending_for_ever() {
+fn a_panic_in_a_retransmission_timer_leaves_the_req_pending_for_ever() {
     let pair = Pair::new();
     // No REQ reaches B: only the retransmissions and their timeout matter.
     pair.a.drop_next(crate::wire::attr::REQ, 1000).unwrap();

@@ -7,7 +7,7 @@ use crate::cm::worker::{fault, panicked};
 use crate::wire::attr;
 
 #[test]
-fn hardening_06_a_panicking_work_item_is_dropped_and_the_worker_goes_on() {
+fn a_panicking_work_item_is_dropped_and_the_worker_goes_on() {
     let pair = Pair::new();
     let before = panicked();
     // The REQ's arrival at B panics: that MAD is lost, as if the fabric had
@@ -36,7 +36,7 @@ fn hardening_06_a_panicking_work_item_is_dropped_and_the_worker_goes_on() {
 }
 
 #[test]
-fn hardening_06_a_panic_inside_send_req_leaves_the_id_idle_and_reusable() {
+fn a_panic_inside_send_req_leaves_the_id_idle_and_reusable() {
     let pair = Pair::new();
     // The first REQ never reaches B (so B has no half-open connection), and
     // arming its retransmission panics, as the C entry point's guard sees it.

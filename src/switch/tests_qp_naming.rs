@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::SwitchCounter;
 use super::qp_owner::QpOwner;
-use super::tests_review_a::{
+use super::tests_tenants::{
     StaleSetup, addr_of, attr_of, be32, qp_daemon, req_naming, sent_and_spoofed, victims_qp,
 };
 use crate::abi::ib_qp_type;
@@ -30,7 +30,7 @@ const ATTACKER_QPN: u32 = 0x000c0d;
 /// QPN in LocalEECN made the peer take the other tenant's connection for
 /// stale and DREQ it.
 #[test]
-fn review_qp_1_a_rep_naming_another_tenants_qpn_as_its_xrc_target_is_dropped() {
+fn a_rep_naming_another_tenants_qpn_as_its_xrc_target_is_dropped() {
     let qps = victims_qp();
     qps.0.lock().insert(
         ATTACKER_QPN,
@@ -84,7 +84,7 @@ fn review_qp_1_a_rep_naming_another_tenants_qpn_as_its_xrc_target_is_dropped() {
 /// "ib_uverbs" (`create_qp` makes it with no udata): such a REP of a
 /// tenant is refused there; the table here says whose it is.)
 #[test]
-fn review_qp_1_an_xrc_targets_rep_names_its_qp_in_local_eecn() {
+fn an_xrc_targets_rep_names_its_qp_in_local_eecn() {
     let own = QpOwner::Process {
         pid: 0x7fff_0004,
         uid: 4747,
@@ -156,7 +156,7 @@ fn review_qp_1_an_xrc_targets_rep_names_its_qp_in_local_eecn() {
 /// the tenant's PID but not its user is exactly what such a reuse looks
 /// like: refused.
 #[test]
-fn review_qp_2_a_qp_of_a_process_that_now_has_the_tenants_old_pid_is_not_its() {
+fn a_qp_of_a_process_that_now_has_the_tenants_old_pid_is_not_its() {
     let pid_reused_by_another_user = QpOwner::Process {
         pid: std::process::id(),
         uid: 5858,

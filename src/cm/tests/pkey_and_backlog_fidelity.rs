@@ -35,7 +35,7 @@ fn tx(device: &Device, attr_id: u16) -> (u64, u64) {
 /// REJ's `cm_alloc_msg` finds `av.port` NULL. Either way: no REP, no
 /// REQ_RECEIVED.)
 #[test]
-fn hostile_req_with_pkey_not_on_the_port_is_rejected_invalid_gid() {
+fn req_with_pkey_not_on_the_port_is_rejected_invalid_gid() {
     let pair = Pair::new();
     let raw = Raw::open();
     let mut req = Req {
@@ -73,7 +73,7 @@ fn hostile_req_with_pkey_not_on_the_port_is_rejected_invalid_gid() {
 /// refused (`-ENOENT`) before anything is sent; so is a SIDR_REQ
 /// (`ib_send_cm_sidr_req`, same call).
 #[test]
-fn hostile_send_req_and_sidr_req_with_pkey_not_on_the_port_fail() {
+fn send_req_and_sidr_req_with_pkey_not_on_the_port_fail() {
     let pair = Pair::new();
     let mut p = pair.req_params();
     p.primary_path.pkey = FOREIGN_PKEY;
@@ -110,7 +110,7 @@ fn hostile_send_req_and_sidr_req_with_pkey_not_on_the_port_fail() {
 /// is sent. The library's `answer_sidr_req_locked` forgets the request after
 /// the first failure and says nothing.
 #[test]
-fn hostile_sidr_req_no_listener_failed_unsupported_is_followed_by_a_reject() {
+fn sidr_req_no_listener_failed_unsupported_is_followed_by_a_reject() {
     let pair = Pair::new();
     let raw = Raw::open();
     pair.loop_b().fail_next(attr::SIDR_REP, 1);
@@ -138,7 +138,7 @@ fn hostile_sidr_req_no_listener_failed_unsupported_is_followed_by_a_reject() {
 /// the differences table) promises "the totals once nothing is outstanding
 /// are the kernel's".
 #[test]
-fn hostile_failed_resend_books_the_kernels_totals() {
+fn failed_resend_books_the_kernels_totals() {
     let pair = Pair::new();
     pair.loop_a().drop_next(attr::REQ, 1).unwrap();
     send_req(&pair.active, &pair.req_params()).unwrap();
@@ -165,7 +165,7 @@ fn hostile_failed_resend_books_the_kernels_totals() {
 /// Fixed: the orphan is forgotten silently, and the retransmitted REQ is
 /// connected by the new listener.
 #[test]
-fn hostile_orphan_req_is_refused_invalid_service_id_while_a_new_listener_serves_it() {
+fn orphan_req_is_refused_invalid_service_id_while_a_new_listener_serves_it() {
     let pair = Pair::new();
     let first = HeldWorker::hold(&pair.b);
     // The loop fabric delivers at once: the REQ now waits behind `first`,
@@ -270,7 +270,7 @@ impl Drop for HeldWorker {
 /// IB_SIDR_REJECT)`. Unlike a REQ (REQ_RCVD with -ENOMEM: reset, no REJ), a
 /// SIDR_REQ beyond the backlog is answered SIDR_REP REJECT, not dropped.
 #[test]
-fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
+fn sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
     use crate::cm::listen::LISTEN_BACKLOG;
     let pair = Pair::with_b_in_fd_mode();
     pair.rec.on(IB_CM_SIDR_REQ_RECEIVED, Arc::new(|_, _| 0)); // never answered
@@ -322,7 +322,7 @@ fn hostile_sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
 /// refused by rdma_cm. The library counts a new id until it is *answered*,
 /// so such a user loses the 1025th request although it consumed every event.
 #[test]
-fn hostile_backlog_counts_delivered_requests_unlike_ucma() {
+fn backlog_counts_delivered_requests_unlike_ucma() {
     use crate::cm::listen::LISTEN_BACKLOG;
     let pair = Pair::new();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // taken; answered later
