@@ -654,7 +654,17 @@ async fn a_flood_beyond_the_backlog_is_accepted_once_each() {
     })
     .await;
     assert_eq!(seen, qpns);
-    assert!(outgoing.iter().all(|o| o.state() == State::ReqSent));
+    // Every request is still waiting for its reply: in REQ_SENT, or in
+    // MRA_REQ_RCVD where B's CM answered a retransmission with the
+    // automatic MRA (cm_dup_req_handler) while the request sat in the
+    // backlog. Neither timed out.
+    assert!(
+        outgoing
+            .iter()
+            .all(|o| matches!(o.state(), State::ReqSent | State::MraReqRcvd)),
+        "{:?}",
+        outgoing.iter().map(|o| o.state()).collect::<Vec<_>>()
+    );
     // Nothing more comes: no duplicate of a request still held.
     let more = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
     assert!(more.is_err(), "{more:?}");
