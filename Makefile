@@ -34,7 +34,7 @@ CONNECTIONS ?= 10000
 MANDIR   ?= $(PREFIX)/share/man
 
 .PHONY: all deps lib header header-check install stage c-build run check \
-        layers-check check-quick rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
+        layers-check check-quick rust-tests rust-check c-check c-asan c-valgrind symbols-check softroce interop ibfabric ibscale miri tsan fuzz soak \
         deb deb-check clean help
 
 all: lib
@@ -248,8 +248,7 @@ fuzz:
 rust-check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
-	$(CARGO) test --locked -p ib-cm-wire -p ib-cm-engine
-	$(CARGO) test --locked -p ib_cm -- --test-threads=1
+	$(MAKE) rust-tests
 	$(CARGO) test --locked --lib -- --ignored cm::tests::lifecycle
 	@# The Rust API's example (issue 32): connect, DREQ 220 bytes, DREP 224.
 	$(CARGO) run --locked --quiet --example connect | tail -n 1
@@ -280,10 +279,15 @@ run:
 layers-check:
 	@python3 scripts/check-layers.py
 
+# The workspace's tests: the crates below the root, then the root's, one at
+# a time (rust-check and check-quick both run them).
+rust-tests:
+	$(CARGO) test --locked -p ib-cm-wire -p ib-cm-engine
+	$(CARGO) test --locked -p ib_cm -- --test-threads=1
+
 check-quick: deps
 	$(MAKE) layers-check
-	$(CARGO) test --locked -q -p ib-cm-wire -p ib-cm-engine
-	$(CARGO) test --locked -q -p ib_cm -- --test-threads=1
+	$(MAKE) rust-tests
 	$(MAKE) c-check
 
 check: deps
