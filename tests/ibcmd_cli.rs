@@ -1,19 +1,19 @@
-//! `ibcmd`'s command line run as a process (a hostile review of issue 30).
+//! `ibcmd`'s command line run as a process (issue 30).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ib_cm::switch::SeqPacket;
 
-/// Finding: `ibcmd --stats` (`print_stats`) connects and waits for the
-/// answer with no timeout, where the library waits 10 s
-/// (`ANSWER_TIMEOUT`): against a daemon that does not accept (its accept
-/// loop gone or sleeping on EMFILE, stopped, wedged), the tool an
-/// administrator runs to look at it hangs for ever, and so does every
-/// script that runs it (ibfabric.privs, review_b_daemon.sh).
+/// `ibcmd --stats` (`print_stats`) gives up on a daemon that never answers,
+/// as the library does after 10 s (`ANSWER_TIMEOUT`): waiting with no
+/// timeout against a daemon that does not accept (its accept loop gone or
+/// sleeping on EMFILE, stopped, wedged), the tool an administrator runs to
+/// look at it would hang for ever, and so would every script that runs it
+/// (ibfabric.privs, daemon_faults.sh).
 #[test]
 fn ibcmd_stats_gives_up_on_a_daemon_that_never_answers() {
-    let dir = std::env::temp_dir().join(format!("ibcmd-review-b-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("ibcmd-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("wedged.sock");
     let _ = std::fs::remove_file(&path);

@@ -1,4 +1,4 @@
-//! Hostile review of the async API (`ib_cm::aio`): futures cancelled at
+//! The async API's edge cases (`ib_cm::aio`): futures cancelled at
 //! their await points, values dropped while events are on their way, the
 //! runtime dropped under pending futures, a multi-threaded runtime, a peer
 //! that disconnects before its RTU, a driver run by hand and dropped.

@@ -1,6 +1,6 @@
-//! A hostile review of the handler API (issue 32): races of `adopt` with
-//! the CM's own destroy, ids the CM owns left behind, handlers that panic
-//! or wait on the CM's thread, the last device handle dropped inside a
+//! The handler API's edge cases (issue 32): races of `adopt` with the CM's
+//! own destroy, ids the CM owns never left behind, handlers that panic or
+//! wait on the CM's thread, the last device handle dropped inside a
 //! handler. Only the public API.
 
 mod rust_api_support;
@@ -176,7 +176,7 @@ fn a_panicking_request_handler_rejects_the_request_once() {
             (
                 move |_: &CmId, _: ReqInfo| -> Verdict {
                     counted.fetch_add(1, Ordering::Relaxed);
-                    panic!("review_h_3: a handler's bug");
+                    panic!("a request handler's bug");
                 },
                 |_: &CmId, _: Event| Verdict::Keep,
             ),
@@ -208,7 +208,7 @@ fn a_panicking_event_handler_ends_its_connection() {
                 },
                 |_: &CmId, event: Event| {
                     if let Event::RtuReceived { .. } = event {
-                        panic!("review_h_4: a handler's bug");
+                        panic!("an event handler's bug");
                     }
                     Verdict::Keep
                 },

@@ -1,4 +1,4 @@
-//! Hostile review of SIDR in the Rust API (issue 32): lifecycle races
+//! SIDR's edge cases in the Rust API (issue 32): lifecycle races
 //! (a request dropped while its answer comes, a listener's last handle
 //! going while its requests wait, a reply after every other handle is
 //! gone, futures dropped at their await point) and a peer that lies or

@@ -351,8 +351,9 @@ impl ReceivedReply {
     /// The RTU was refused because the id left REP_RCVD (and MRA_REP_SENT)
     /// not by this side's doing: the peer's REJ came after its REP, and its
     /// event is on its way (the engine changes the state first). Without
-    /// this, the REJ went with the id, and `connect` failed with a bare
-    /// `EINVAL` (aio review A15).
+    /// this, the REJ would go with the id, and `connect` fail with a bare
+    /// `EINVAL` (tests/rust_api_async_edges.rs,
+    /// `connect_answered_rep_then_rej_reports_the_rej`).
     fn peer_gave_up(&self) -> bool {
         !self.rejected.load(Ordering::Acquire)
             && !matches!(self.handle.state(), State::RepRcvd | State::MraRepSent)

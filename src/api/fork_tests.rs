@@ -58,9 +58,9 @@ fn the_parent_goes_on_after_a_fork() {
     assert!(server.join().unwrap().is_ok());
 }
 
-/// aio review A2: the async API in a forked child. A future that waits must
-/// end at once (the blocking waits do: `Queue::pop` says finished there),
-/// a future that calls must fail with `EOWNERDEAD`, and the driver must say
+/// The async API in a forked child. A future that waits must end at once
+/// (the blocking waits do: `Queue::pop` says finished there), a future that
+/// calls must fail with `EOWNERDEAD`, and the driver must say
 /// the device is closed to it (`run_pending` `None`, `poll_closed` ready)
 /// without running the parent's queued handlers.
 #[test]

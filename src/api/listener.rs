@@ -113,8 +113,9 @@ pub struct IncomingRequest {
     handle: IdHandle,
     req: Box<ReqInfo>,
     /// [`reject`](IncomingRequest::reject) sent our REJ: the id is IDLE
-    /// and no event will say why (aio review A1: `reply` waited for one
-    /// for ever in the async API, a second in the blocking one).
+    /// and no event will say why (else `reply` would wait for one for ever
+    /// in the async API, a second in the blocking one:
+    /// `reply_after_own_reject_ends_with_the_refusal`).
     rejected: AtomicBool,
 }
 

@@ -276,8 +276,8 @@ impl<T> Waiter<'_, T> {
             return Poll::Ready(Some(item));
         }
         // In a forked child nothing more comes (the worker is the
-        // parent's): the wait ends as `pop`'s does (aio review A2: it was
-        // pending for ever).
+        // parent's): the wait ends as `pop`'s does, not pending for ever
+        // (fork_tests::in_a_forked_child_async_waits_end_and_the_driver_stops).
         if s.finished || super::error::in_forked_child() {
             return Poll::Ready(None);
         }

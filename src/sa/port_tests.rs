@@ -185,11 +185,10 @@ fn a_closed_device_is_not_polled_any_more() {
     assert!(!f.device.poll_ports());
 }
 
-/// Review finding 1: an SM LID that alternates at every read (two SMs
-/// fighting for master) drops every cached path at every poll, and each
-/// drop is an info line: at the default level (warn) nothing says that the
-/// cache is defeated. Such a port is warned about, once, however often it
-/// flaps.
+/// An SM LID that alternates at every read (two SMs fighting for master)
+/// drops every cached path at every poll, and each drop is an info line: at
+/// the default level (warn) nothing would say that the cache is defeated.
+/// Such a port is warned about, once, however often it flaps.
 #[test]
 fn a_port_whose_sm_flaps_at_every_poll_is_warned_about_once() {
     let f = Fixture::new(NOT_STALE);
@@ -205,10 +204,10 @@ fn a_port_whose_sm_flaps_at_every_poll_is_warned_about_once() {
     assert!(said[0].contains("cached paths"), "{said:?}");
 }
 
-/// The review's check of a query in flight to the old SM when the move is
-/// seen (not a finding): its answer, from the old SM's LID, goes to its
-/// asker but is not kept, since the port's invalidation came after the
-/// query began; the next ask goes to the new SM.
+/// A query in flight to the old SM when the move is seen: its answer, from
+/// the old SM's LID, goes to its asker but is not kept, since the port's
+/// invalidation came after the query began; the next ask goes to the new
+/// SM.
 #[test]
 fn an_answer_in_flight_from_the_old_sm_when_the_port_moves_is_handed_on_not_kept() {
     let f = Fixture::new(NOT_STALE);

@@ -242,11 +242,12 @@ mod tests {
         }
     }
 
-    /// Review2-1 (medium): a REQ naming a QP made since the last dump
-    /// slept out the interval holding the device's dump lock, so every
-    /// other tenant's lookup waited behind it, even one the fresh dump
-    /// answers; a tenant with N connections naming new QPs in a loop made
-    /// each other tenant's REQ wait N x 50 ms.
+    /// A lookup the fresh dump answers does not wait for another's sleep.
+    /// A REQ naming a QP made since the last dump that slept out the
+    /// interval holding the device's dump lock would make every other
+    /// tenant's lookup wait behind it, even one the fresh dump answers; a
+    /// tenant with N connections naming new QPs in a loop would make each
+    /// other tenant's REQ wait N x 50 ms.
     #[test]
     fn a_lookup_the_fresh_dump_answers_does_not_wait_for_anothers_sleep() {
         let dumps = Arc::new(fresh(table(&[(7, 70)])));
@@ -288,11 +289,12 @@ mod tests {
         );
     }
 
-    /// Review2-2 (medium): a dump that failed was not remembered, so the
-    /// next lookup dumped again at once: with a dump that always fails (on
-    /// mlx5 a DCT left in RESET fails `ib_query_qp`, which ends every dump
-    /// of the table, `res_get_common_dumpit`) each MAD naming a QP not on
-    /// its port cost a full dump, what `DUMP_INTERVAL` is there to prevent.
+    /// A dump that failed is remembered, and the next one waits out the
+    /// interval: otherwise the next lookup would dump again at once, and
+    /// with a dump that always fails (on mlx5 a DCT left in RESET fails
+    /// `ib_query_qp`, which ends every dump of the table,
+    /// `res_get_common_dumpit`) each MAD naming a QP not on its port would
+    /// cost a full dump, what `DUMP_INTERVAL` is there to prevent.
     #[test]
     fn a_failed_dump_still_spaces_the_next_one() {
         let dumps = Dumps::default();
@@ -318,9 +320,9 @@ mod tests {
         assert!(waited.is_some_and(|d| d > Duration::ZERO && d <= DUMP_INTERVAL));
     }
 
-    /// Review2-3 (low): a dump that stopped part way refused every QP,
-    /// also those it had listed (whose owners it had told right): one
-    /// tenant's unqueryable QP refused every tenant's REQ naming a QP in
+    /// A dump that stopped part way still answers for the QPs it listed
+    /// (whose owners it told right): refusing every QP would let one
+    /// tenant's unqueryable QP refuse every tenant's REQ naming a QP in
     /// RESET. A QP it did not list stays refused, as unchecked.
     #[test]
     fn a_dump_that_stopped_part_way_answers_for_the_qps_it_listed() {

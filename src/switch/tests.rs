@@ -426,8 +426,10 @@ fn an_sa_answer_reaches_the_process_with_the_address_it_came_from() {
     assert_eq!(addr.dlid, remote_addr(&f).dlid);
 }
 
-// ---- Hostile review (branch hostile-ibcmd): each test below failed on main
-// 45947c7; see the report for the defect and the fix.
+// ---- A misbehaving process in the socket's group: registration churn,
+// listens in the assigned range, REJs, SIDR_REPs and SA MADs it has no
+// business sending, a daemon that does not accept, a process that never
+// reads, a restarted daemon. Each test below failed on main 45947c7.
 
 /// Registers and leaves at once, `n` times: what a hostile process in the
 /// socket's group can do in a second.
@@ -507,9 +509,9 @@ fn rej_timeout_reaches_the_process_that_got_the_req() {
         0,
         "the REJ TIMEOUT for A's REQ_RCVD id was dropped"
     );
-    // It is for the process the REQ was routed to, no other (review A3:
-    // copied to every process, a tenant's own REJ timeouts filled the
-    // others' sockets).
+    // It is for the process the REQ was routed to, no other (copied to
+    // every process, a tenant's own REJ timeouts would fill the others'
+    // sockets).
     assert!(b.got_nothing());
     // It ends A's request; a second one is nobody's.
     f.remote_sends(&rej.encode(7));
@@ -857,8 +859,9 @@ fn a_service_id_is_free_for_other_processes_once_unlisten_returns() {
     );
 }
 
-// ---- Issue 12 (branch switch-findings): each test below failed on main
-// d3a394d; see the report for the failure it printed.
+// ---- Issue 12: listens per process, processes that exit or fork, late
+// listen grants, and the reader's bursts. Each test below failed on main
+// d3a394d.
 
 impl Client {
     fn unlisten(&self, service_id: u64) {
@@ -1571,7 +1574,7 @@ fn a_rep_comes_only_from_the_process_the_req_was_routed_to() {
     assert!(passes(&f, &mut a, &rep(&f, slice_a.base | 1, 0x77), &to));
     // Or with another of its comm IDs: a new id of A's after its first one
     // gave up on its REP (REP_ERROR) answers the requester's retry; only
-    // A's own connection is at stake (review B).
+    // A's own connection is at stake.
     assert!(passes(&f, &mut a, &rep(&f, slice_a.base | 2, 0x77), &to));
     // B still cannot, after A answered.
     assert!(!passes(&f, &mut b, &rep(&f, slice_b.base | 1, 0x77), &to));
@@ -1789,9 +1792,9 @@ fn requests_routed_to_a_process_are_bounded() {
     }
     assert_eq!(reqs.len(), RoutedRequests::PER_PEER);
     assert!(reqs.order_len() <= 2 * RoutedRequests::PER_PEER + 1);
-    // Another address's requests do not push out the first one's
-    // (review A4: another tenant's REQs through the port evicted a remote
-    // host's), and all of them together stay within MAX.
+    // Another address's requests do not push out the first one's (else
+    // another tenant's REQs through the port would evict a remote host's),
+    // and all of them together stay within MAX.
     let early = reqs.len();
     for lid in 2..40u16 {
         for id in 0..1000 {

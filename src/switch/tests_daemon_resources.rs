@@ -1,10 +1,10 @@
-//! A hostile review of the daemon's side of the socket (issue 30, after
-//! the merges of `server-io` and `privs`): what a tenant can still make the
-//! daemon do that docs/ibcmd.md says it cannot. Each test here states the
-//! documented promise and fails while it does not hold. The switch serves a
-//! loop device; the tenants are raw protocol clients on socket pairs,
-//! admitted as the accept loop admits them (`start_client`, with the
-//! credentials a test gives them).
+//! The daemon's own resources against its tenants (issue 30): the log
+//! budget, the socket buffers and descriptors a connection holds, and a stop
+//! that never hangs. Each test here states a promise docs/ibcmd.md makes
+//! about what a tenant cannot make the daemon do. The switch serves a loop
+//! device; the tenants are raw protocol clients on socket pairs, admitted
+//! as the accept loop admits them (`start_client`, with the credentials a
+//! test gives them).
 
 use std::io;
 use std::sync::Arc;
@@ -93,12 +93,12 @@ fn wait_counter(switch: &Switch, counter: SwitchCounter, n: u64) {
     assert_eq!(switch.counter(counter), n, "{}", counter.name());
 }
 
-/// Finding: "sent a malformed message: disconnected" is logged with a
-/// plain `ibcm_log!` (server.rs, `Session::take`), outside the tenants'
-/// budget and with no counter: a tenant that connects, sends one bad
-/// message and reconnects writes one warning per connection, as fast as it
-/// can connect (here 100 in well under a second, where the budget allows
-/// 20 per 10 s).
+/// "sent a malformed message: disconnected" (server.rs, `Session::take`)
+/// stays within the tenants' log budget: logged with a plain `ibcm_log!`,
+/// outside the budget and with no counter, a tenant that connects, sends one
+/// bad message and reconnects would write one warning per connection, as
+/// fast as it can connect (here 100 in well under a second, where the
+/// budget allows 20 per 10 s).
 #[test]
 fn malformed_messages_in_a_reconnect_loop_stay_within_the_tenant_log_budget() {
     // The line names no device: capture it by the word every such line has.
@@ -133,12 +133,12 @@ fn malformed_messages_in_a_reconnect_loop_stay_within_the_tenant_log_budget() {
     );
 }
 
-/// Finding: "exited while another process (a child it forked) holds its
-/// socket: unregistered" (server.rs, `Session::run`) is an `ibcm_log!` at
-/// info, outside the tenants' budget: a tenant that registers, forks and
-/// exits in a loop writes one line each time with `IBCM_LOG=info` (which
-/// ibcmd(8) suggests for watching registrations; the registration lines
-/// themselves are budgeted).
+/// "exited while another process (a child it forked) holds its socket:
+/// unregistered" (server.rs, `Session::run`) stays within the tenants' log
+/// budget: as an `ibcm_log!` at info outside it, a tenant that registers,
+/// forks and exits in a loop would write one line each time with
+/// `IBCM_LOG=info` (which ibcmd(8) suggests for watching registrations; the
+/// registration lines themselves are budgeted).
 #[test]
 fn exits_under_a_forked_child_stay_within_the_tenant_log_budget() {
     let (switch, device) = switch_on(3972, SwitchConfig::default());
@@ -194,15 +194,16 @@ fn queued_bytes(conn: &SeqPacket) -> usize {
     }
 }
 
-/// Finding: a connection the daemon closes as stalled (its process never
-/// reads) leaves the daemon's answers queued in the process's socket: the
-/// kernel keeps them, charged to the daemon's closed socket, for as long as
-/// the process keeps its end open. The connection no longer counts in the
-/// user's `connections` quota, so one user with `connections=1` makes the
-/// daemon's sockets hold a send buffer's worth per round, without bound
-/// (up to 2 MiB of kernel memory each when the daemon has CAP_NET_ADMIN:
-/// `SO_SNDBUFFORCE` of `CLIENT_SEND_BUFFER`, beyond `wmem_max`, which is
-/// more than the tenant could pin with socket pairs of its own).
+/// A connection the daemon closes as stalled (its process never reads)
+/// must not leave the daemon's answers queued in the process's socket: the
+/// kernel would keep them, charged to the daemon's closed socket, for as
+/// long as the process keeps its end open. The connection no longer counts
+/// in the user's `connections` quota, so one user with `connections=1`
+/// could make the daemon's sockets hold a send buffer's worth per round,
+/// without bound (up to 2 MiB of kernel memory each when the daemon has
+/// CAP_NET_ADMIN: `SO_SNDBUFFORCE` of `CLIENT_SEND_BUFFER`, beyond
+/// `wmem_max`, which is more than the tenant could pin with socket pairs of
+/// its own).
 #[test]
 fn connections_closed_as_stalled_do_not_keep_daemon_buffers_beyond_the_quota() {
     let quota = 1;
@@ -309,13 +310,14 @@ fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// Finding (sizing): docs/ibcmd.md's quota table says a connection "holds a
-/// descriptor and a thread of the daemon's; 512 per user leaves room for 30
-/// users in the unit's 16,384 descriptors". A registered connection holds
-/// two: its socket and the pidfd that watches its process (`Watch`). At the
-/// default quotas (512 connections, 256 of them registered) a user holds
-/// 768 descriptors: 21 users exhaust the unit's `LimitNOFILE=16384`, and
-/// then `accept` fails with EMFILE for everyone.
+/// A registered connection holds the two daemon descriptors docs/ibcmd.md's
+/// quota table says it does: its socket and the pidfd that watches its
+/// process (`Watch`). Sized for one ("holds a descriptor and a thread of
+/// the daemon's; 512 per user leaves room for 30 users in the unit's 16,384
+/// descriptors"), the default quotas (512 connections, 256 of them
+/// registered) would let a user hold 768 descriptors: 21 users would
+/// exhaust the unit's `LimitNOFILE=16384`, and then `accept` would fail
+/// with EMFILE for everyone.
 #[test]
 fn a_registered_connection_holds_the_daemon_descriptors_documented() {
     let (switch, device) = switch_on(3976, SwitchConfig::default());
@@ -416,18 +418,20 @@ impl MadTransport for ReaderTransport {
     }
 }
 
-/// Finding: `Switch::close` (the daemon's stop, after SIGTERM) closes each
-/// transport while it holds the `devices` write lock (the guard of
-/// `self.devices.write().drain()` lives through the loop), and a transport's
-/// close joins its reader threads. A reader that is answering a MAD by
-/// itself (`inbound`, `Route::Answer`: a stateless DREP, REJ or SIDR_REP)
-/// takes the `devices` read lock: it waits for `close`, which waits for it.
-/// The daemon hangs at stop until systemd kills it (TimeoutStopSec).
+/// `Switch::close` (the daemon's stop, after SIGTERM) returns while a
+/// reader thread is answering a MAD by itself. A transport's close joins its
+/// reader threads, and a reader that is answering a MAD by itself
+/// (`inbound`, `Route::Answer`: a stateless DREP, REJ or SIDR_REP) takes the
+/// `devices` read lock: were each transport closed while the `devices`
+/// write lock is held (the guard of `self.devices.write().drain()` living
+/// through the loop), the reader would wait for `close`, which waits for
+/// it, and the daemon would hang at stop until systemd kills it
+/// (TimeoutStopSec).
 #[test]
 fn close_returns_while_a_reader_is_answering_a_mad_itself() {
     let switch = Switch::new(SwitchConfig::default());
     switch
-        .add_device("review-b-reader", |recv| {
+        .add_device("answering-reader", |recv| {
             let info = DeviceInfo::of_loop(LoopIdentity::from_name("loop3978").unwrap());
             Ok((info, ReaderTransport::open(recv) as Arc<dyn MadTransport>))
         })

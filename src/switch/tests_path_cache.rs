@@ -588,18 +588,17 @@ fn a_served_port_whose_sm_moved_drops_its_cached_paths_and_caches_the_new_sms() 
     assert_eq!(host.counter(SwitchCounter::PortChanges), 1);
 }
 
-/// Review finding 2: a tenant registered before its port's SM moved was
-/// told the old SM LID, and one that cannot read the host's sysfs (in a
-/// container) keeps sending its path queries there: the daemon sent them to
-/// the old SM, uncached, and the tenant timed out until it reopened the
-/// device. The daemon sends a path query to an SM LID the port had before
-/// to the SM it has now, through the cache, and hands the answer back as
-/// from the LID the tenant asked (its library takes an answer only from
-/// there).
+/// A tenant registered before its port's SM moved was told the old SM LID,
+/// and one that cannot read the host's sysfs (in a container) keeps sending
+/// its path queries there: sent on to the old SM, uncached, they would time
+/// out until the tenant reopened the device. The daemon sends a path query
+/// to an SM LID the port had before to the SM it has now, through the
+/// cache, and hands the answer back as from the LID the tenant asked (its
+/// library takes an answer only from there).
 #[test]
 fn a_query_to_the_sm_a_port_had_before_goes_to_the_sm_it_has_now() {
     let host = Host::new(3990, SwitchConfig::default());
-    let moving = MovingSm::new(&host, 3990, "ibcm-review-p-2");
+    let moving = MovingSm::new(&host, 3990, "ibcm-ibcmd-former-sm");
     let (new_sm, to_new_sa) = (moving.new_sm, &moving.to_new_sa);
     let mut a = host.tenant();
     moving.move_sm();

@@ -1,6 +1,7 @@
-//! Hostile review of 4688931 ("a tenant's REQ, REP or successful SIDR_REP
-//! must name a QP of its own process or user"): what a tenant could still
-//! name that the peer keys its connections by. Each test FAILS on 4688931.
+//! Which QPs a tenant may name (the rule of 4688931: "a tenant's REQ, REP or
+//! successful SIDR_REP must name a QP of its own process or user"), in every
+//! field the peer keys its connections by: an XRC target's LocalEECN, and a
+//! process that now has the tenant's old PID. Each test fails on 4688931.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +21,14 @@ use crate::wire::{Rep, Req, attr};
 /// the daemon checks is one it may name).
 const ATTACKER_QPN: u32 = 0x000c0d;
 
-/// Review QP-1 (high): a REP names two QPNs, and the peer keys its
-/// connection by the one its own QP type says: an XRC initiator's peer is an
-/// XRC target, whose QPN `cm_format_rep` puts in the Local EE Context
-/// Number, and `cm_rep_handler` takes it from there (`cm_rep_get_qpn`: the
-/// REP's LocalEECN when the requester is `IB_QPT_XRC_INI`) into
-/// `cm_insert_remote_qpn`. The daemon checked only the LocalQPN: a tenant
-/// answering an XRC REQ with its own QP in LocalQPN and another tenant's
-/// QPN in LocalEECN made the peer take the other tenant's connection for
+/// A REP names two QPNs, and the peer keys its connection by the one its
+/// own QP type says: an XRC initiator's peer is an XRC target, whose QPN
+/// `cm_format_rep` puts in the Local EE Context Number, and `cm_rep_handler`
+/// takes it from there (`cm_rep_get_qpn`: the REP's LocalEECN when the
+/// requester is `IB_QPT_XRC_INI`) into `cm_insert_remote_qpn`. So the daemon
+/// checks the LocalEECN too: checking only the LocalQPN, a tenant answering
+/// an XRC REQ with its own QP in LocalQPN and another tenant's QPN in
+/// LocalEECN would make the peer take the other tenant's connection for
 /// stale and DREQ it.
 #[test]
 fn a_rep_naming_another_tenants_qpn_as_its_xrc_target_is_dropped() {
@@ -147,14 +148,13 @@ fn an_xrc_targets_rep_names_its_qp_in_local_eecn() {
     peer_port.close();
 }
 
-/// Review QP-2 (medium): the tenant's PID is the one `SO_PEERCRED` gave
-/// when it connected; that process may have exited since (its socket lives
-/// on in a child it forked), and PIDs are handed out again in order, so a
-/// tenant can steer its old PID to a process another user starts next. The
-/// rule took a QP of "the tenant's process" by PID alone: the QP of that
-/// other user's process passed, whatever its user. A QP whose process has
-/// the tenant's PID but not its user is exactly what such a reuse looks
-/// like: refused.
+/// The tenant's PID is the one `SO_PEERCRED` gave when it connected; that
+/// process may have exited since (its socket lives on in a child it
+/// forked), and PIDs are handed out again in order, so a tenant can steer
+/// its old PID to a process another user starts next. A rule that took a QP
+/// of "the tenant's process" by PID alone would pass the QP of that other
+/// user's process, whatever its user. A QP whose process has the tenant's
+/// PID but not its user is exactly what such a reuse looks like: refused.
 #[test]
 fn a_qp_of_a_process_that_now_has_the_tenants_old_pid_is_not_its() {
     let pid_reused_by_another_user = QpOwner::Process {

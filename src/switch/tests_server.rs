@@ -1,4 +1,4 @@
-//! The daemon's side of the socket (issue 30, findings 2 and 3): no process
+//! The daemon's side of the socket (issue 30): no process
 //! holds a thread of the daemon's or its accept loop, and an idle
 //! connection holds a few KiB. The switch serves a loop device as in
 //! `tests.rs`; the processes are raw protocol clients.

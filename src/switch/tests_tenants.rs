@@ -1,12 +1,15 @@
-//! Hostile review A of issue 30 (the daemon as a boundary between tenants).
+//! The daemon as a boundary between tenants (issue 30).
 //!
-//! Each test here shows something a tenant of `ibcmd` can still do to
-//! another tenant's connections, or to the daemon, with only what
-//! `rules::check_send` lets it send, and FAILS on main 2f88ee9. The remote
-//! side is the library's engine where the attack goes through the peer's
-//! matching (it does what the kernel's cm.c does: `cm_match_req`,
-//! `cm_rep_handler`, `cm_acquire_rejected_id`); the rest uses raw clients
-//! on socket pairs, as src/switch/tests.rs does.
+//! Each test here tries something a tenant of `ibcmd` could do to another
+//! tenant's connections, or to the daemon, with only what
+//! `rules::check_send` lets it send, and checks that it cannot (each
+//! failed on main 2f88ee9): name another tenant's QP or another host's GUID,
+//! flood the others with REJ timeouts or evict their requests, cost the
+//! daemon more than a user's quota, silence another's loss warnings, take a
+//! privileged rdma_cm port. The remote side is the library's engine where
+//! the attack goes through the peer's matching (it does what the kernel's
+//! cm.c does: `cm_match_req`, `cm_rep_handler`, `cm_acquire_rejected_id`);
+//! the rest uses raw clients on socket pairs, as src/switch/tests.rs does.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,7 +60,7 @@ impl Daemon {
             })
             .unwrap();
         let socket =
-            std::env::temp_dir().join(format!("ibcm-review-a-{}-{name}.sock", std::process::id()));
+            std::env::temp_dir().join(format!("ibcm-tenants-{}-{name}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
         let listener = SeqPacket::listen(&socket).unwrap();
         let s = switch.clone();
@@ -157,14 +160,15 @@ fn sidr_req(request_id: u32, service_id: u64) -> Mad {
     mad
 }
 
-// ---- Finding A1 (high): a REQ or REP carries a LocalQPN and a LocalCAGUID
-// that nothing checks. The peer's cm_match_req (REQ) and cm_rep_handler (REP)
-// look them up in its remote_qp_table, keyed (remote QPN, remote CA GUID):
-// a hit is a "stale connection": the peer answers REJ 10 and sends a DREQ on
-// the connection that holds the entry. Every tenant of the device shares its
-// CA GUID, so a tenant that names another tenant's QPN makes the peer
-// disconnect that tenant's connection (and, naming another host's CA GUID,
-// any connection of the peer's to a third host).
+// ---- A REQ or REP naming another tenant's QPN, or another host's CA GUID,
+// is dropped. The peer's cm_match_req (REQ) and cm_rep_handler (REP) look
+// its LocalQPN and LocalCAGUID up in its remote_qp_table, keyed (remote QPN,
+// remote CA GUID): a hit is a "stale connection": the peer answers REJ 10
+// and sends a DREQ on the connection that holds the entry. Every tenant of
+// the device shares its CA GUID, so a tenant let through naming another
+// tenant's QPN would make the peer disconnect that tenant's connection
+// (and, naming another host's CA GUID, any connection of the peer's to a
+// third host).
 
 /// The victim (an engine through the daemon) accepted a connection from the
 /// remote host H (an engine on its own loop device); `attacker` is a tenant
@@ -242,7 +246,7 @@ impl StaleSetup {
 }
 
 #[test]
-fn a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
+fn a_req_naming_another_tenants_qpn_is_dropped_and_its_connection_kept() {
     let mut s = StaleSetup::new(3800);
     let to_h = addr_of(&s.pair.a);
     // The attacker's REQ: its own comm ID (the only rule a REQ meets), any
@@ -278,7 +282,7 @@ fn a_req_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
 }
 
 #[test]
-fn a_rep_naming_another_tenants_qpn_makes_the_peer_disconnect_it() {
+fn a_rep_naming_another_tenants_qpn_is_dropped_and_its_connection_kept() {
     let mut s = StaleSetup::new(3810);
     const ATTACKER_SERVICE: u64 = 0x5151;
     assert_eq!(s.attacker.listen(ATTACKER_SERVICE), Ok(ATTACKER_SERVICE));
@@ -367,17 +371,17 @@ fn a_req_or_rep_naming_another_ca_guid_is_dropped() {
     peer_port.close();
 }
 
-// ---- Finding A2 (medium): a REJ "timeout" is matched by the peer by the
-// ARI's node GUID and the REJ's LocalCommID (cm_acquire_rejected_id →
-// cm_find_remote_id), whatever its MessageRejected. The slice binds the
-// LocalCommID to the sender only together with THIS device's GUID: with
-// another host's GUID in the ARI, a comm ID of the sender's slice is that
-// host's comm ID, and the REJ tears down the peer's connection to it. A
-// user may hold a quarter of the slices: a quarter of every other host's
-// comm IDs.
+// ---- A REJ "timeout" naming another host's node GUID is dropped. The peer
+// matches it by the ARI's node GUID and the REJ's LocalCommID
+// (cm_acquire_rejected_id → cm_find_remote_id), whatever its
+// MessageRejected. The slice binds the LocalCommID to the sender only
+// together with THIS device's GUID: with another host's GUID in the ARI, a
+// comm ID of the sender's slice is that host's comm ID, and the REJ would
+// tear down the peer's connection to it. A user may hold a quarter of the
+// slices: a quarter of every other host's comm IDs.
 
 #[test]
-fn a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection() {
+fn a_rej_timeout_naming_a_third_hosts_guid_is_dropped_and_its_connection_kept() {
     let daemon = Daemon::start(3830);
     let mut attacker = Client::connect_as(&daemon.switch, user(4747));
     let slice = attacker.register(&daemon.name).unwrap();
@@ -452,14 +456,15 @@ fn a_rej_timeout_naming_a_third_hosts_guid_tears_down_its_connection() {
     crate::cm::close_device(&h).unwrap();
 }
 
-// ---- Finding A3 (medium): a received REJ "timeout" with RemoteCommID 0 is
-// copied to EVERY process of the device (Route::ToAll). A tenant makes one
-// by sending a REJ timeout of its own comm ID to its own port's address (or
-// from any host it runs on): one MAD from it, one MAD in the socket of each
-// other tenant, which fill (their real MADs are then lost, rx_client_busy)
-// while every engine looks each up. The daemon knows whose such a REJ can be:
-// it answers a REQ the daemon routed (its LocalCommID is the REQ's, from
-// that address), which RoutedRequests holds.
+// ---- A received REJ "timeout" with RemoteCommID 0 goes to the process
+// whose REQ it answers, not to every process of the device (Route::ToAll).
+// Copied to all, a tenant could make one by sending a REJ timeout of its own
+// comm ID to its own port's address (or from any host it runs on): one MAD
+// from it, one MAD in the socket of each other tenant, which would fill
+// (their real MADs then lost, rx_client_busy) while every engine looks each
+// up. The daemon knows whose such a REJ can be: it answers a REQ the daemon
+// routed (its LocalCommID is the REQ's, from that address), which
+// RoutedRequests holds.
 
 #[test]
 fn a_tenants_rej_timeout_for_nobody_is_not_copied_to_every_other_tenant() {
@@ -544,11 +549,12 @@ fn a_rej_timeout_for_a_routed_req_still_reaches_its_process() {
     remote.close();
 }
 
-// ---- Finding A4 (medium): another tenant's REQs evict the requests routed
-// to a process (RoutedRequests keeps its 16,384 newest, whoever sent them).
-// A tenant sends REQs of its own comm IDs to its own port for the victim's
-// service: each is routed to the victim and remembered there; 16,384 of them
-// and the victim's honest REP to a remote host's REQ is dropped as spoofed.
+// ---- Another tenant's REQs do not evict the requests routed to a process.
+// Were RoutedRequests to keep its 16,384 newest, whoever sent them, a tenant
+// could send REQs of its own comm IDs to its own port for the victim's
+// service: each routed to the victim and remembered there; after 16,384 of
+// them the victim's honest REP to a remote host's REQ would be dropped as
+// spoofed.
 
 #[test]
 fn another_tenants_reqs_do_not_evict_a_request_routed_to_a_process() {
@@ -614,11 +620,11 @@ fn another_tenants_reqs_do_not_evict_a_request_routed_to_a_process() {
     remote_transport.close();
 }
 
-// ---- Finding A5 (medium): what the requests routed to one process cost is
-// bounded per process (2 x 16,384 entries), not per user: a user's 256
-// registrations (Quotas::default) make the daemon hold 256 times that. A
-// tenant fills its own processes' tables with REQs and SIDR_REQs of its own
-// comm IDs sent to its own port.
+// ---- What the requests routed to one user's processes cost is bounded per
+// user (Quotas::requests), not only per process (2 x 16,384 entries): else a
+// user's 256 registrations (Quotas::default) would make the daemon hold 256
+// times that. A tenant fills its own processes' tables with REQs and
+// SIDR_REQs of its own comm IDs sent to its own port.
 
 /// This process's resident memory (VmRSS), in bytes.
 fn resident() -> usize {
@@ -631,12 +637,13 @@ fn resident() -> usize {
     kib * 1024
 }
 
-/// Set in the child process that measures finding A5 with a heap of its own.
-const A5_CHILD: &str = "IBCM_REVIEW_A5_CHILD";
+/// Set in the child process that measures the routed requests' cost with a
+/// heap of its own.
+const MEASURING_CHILD: &str = "IBCM_ROUTED_REQUESTS_CHILD";
 
 #[test]
 fn the_requests_routed_to_one_users_processes_are_bounded_per_user() {
-    if std::env::var_os(A5_CHILD).is_some() {
+    if std::env::var_os(MEASURING_CHILD).is_some() {
         return measure_the_requests_routed_to_one_process();
     }
     // Measured in a fresh process: in this one the memory the tests before
@@ -646,7 +653,7 @@ fn the_requests_routed_to_one_users_processes_are_bounded_per_user() {
         "switch::tests_tenants::the_requests_routed_to_one_users_processes_are_bounded_per_user";
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--test-threads=1", "--nocapture"])
-        .env(A5_CHILD, "1")
+        .env(MEASURING_CHILD, "1")
         .output()
         .expect("the test binary runs again");
     let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
@@ -705,9 +712,9 @@ fn measure_the_requests_routed_to_one_process() {
     );
 }
 
-// ---- Finding A6 (low): the quotas are not configurable. Quotas' doc says
-// "`ibcmd --quota NAME=N` changes it (docs/ibcmd.md, "Quotas")": ibcmd has
-// no such option and docs/ibcmd.md no such section.
+// ---- The quotas are configurable as their doc says: Quotas' doc says
+// "`ibcmd --quota NAME=N` changes it (docs/ibcmd.md, "Quotas")", so ibcmd
+// has that option and docs/ibcmd.md that section.
 
 #[test]
 fn the_quota_option_the_code_refers_to_exists() {
@@ -723,10 +730,11 @@ fn the_quota_option_the_code_refers_to_exists() {
     );
 }
 
-// ---- Finding A7 (low): the daemon's loss and stall warnings are said at
-// the 1st, 2nd, 4th... time of a counter shared by all tenants. A tenant that
-// lets its own socket overflow (a REQ flood to its own listener) moves the
-// counter on: another tenant's lost MAD afterwards is not logged.
+// ---- One tenant's losses do not silence the warning of another's. The
+// daemon's loss and stall warnings are said at the 1st, 2nd, 4th... time of
+// a counter: were it shared by all tenants, a tenant that lets its own
+// socket overflow (a REQ flood to its own listener) would move it on, and
+// another tenant's lost MAD afterwards would not be logged.
 
 #[test]
 fn a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_loss() {
@@ -784,14 +792,15 @@ fn a_tenants_own_losses_do_not_silence_the_warning_of_another_tenants_loss() {
     drop(victim);
 }
 
-// ---- Finding A8 (medium, a policy the kernel has): rdma_cm's service IDs
-// are (port space << 16) + port, and the kernel's rdma_cm lets only a
-// process with CAP_NET_BIND_SERVICE bind a port below 1024 (cma_use_port:
-// `snum < PROT_SOCK && !capable(CAP_NET_BIND_SERVICE)` → -EACCES). Through
-// ibcmd any tenant listens on any service ID: it takes the ID of a root
-// service's privileged port before that service starts (or while it
-// restarts), gets its clients' REQs with their private data, and answers
-// them as that service.
+// ---- A privileged rdma_cm port is only for a privileged tenant, a policy
+// the kernel has: rdma_cm's service IDs are (port space << 16) + port, and
+// the kernel's rdma_cm lets only a process with CAP_NET_BIND_SERVICE bind a
+// port below 1024 (cma_use_port: `snum < PROT_SOCK &&
+// !capable(CAP_NET_BIND_SERVICE)` → -EACCES). A tenant that could listen on
+// any service ID through ibcmd could take the ID of a root service's
+// privileged port before that service starts (or while it restarts), get
+// its clients' REQs with their private data, and answer them as that
+// service.
 
 /// rdma_cm's service ID of `port` in the TCP port space (RDMA_PS_TCP).
 fn rdma_cm_tcp_service_id(port: u16) -> u64 {
@@ -852,7 +861,7 @@ fn runs_as_root() -> bool {
         .unwrap_or(false)
 }
 
-// ---- Finding A1, the rule: whose QP a tenant names (rules::check_qp). The
+// ---- The QP rule: whose QP a tenant names (rules::check_qp). The
 // daemon asks the device's QpOwners (on a real device the kernel's RDMA
 // netlink resource tracking; here a fixed table) and sends a REQ, a REP or a
 // successful SIDR_REP only when the QP is its tenant's process's or user's.

@@ -431,9 +431,9 @@ mod tests {
         p.0.load(Ordering::Relaxed)
     }
 
-    /// Review finding 3: a device opened when the watcher thread could not
-    /// start (`EAGAIN`) was forgotten: the next open started the thread for
-    /// its own device only, and the first one's ports were never polled.
+    /// A device opened when the watcher thread could not start (`EAGAIN`)
+    /// is not forgotten: the next open starts the thread for every device
+    /// watched, not its own only, and the first one's ports are polled.
     #[test]
     fn a_device_watched_when_the_thread_could_not_start_is_polled_once_it_does() {
         if poll_interval().is_none() {

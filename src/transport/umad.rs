@@ -1322,8 +1322,9 @@ pub fn verbs_local_ca_ack_delay(name: &str) -> Option<u8> {
 }
 
 /// The worker's set of ports ([`PollSet`]) on socketpairs read by a stand-in
-/// `umad_recv`, each test with a set of its own: the points a hostile review
-/// of the first version of it raised (docs/experiments/README.md).
+/// `umad_recv`, each test with a set of its own: ports that join or leave
+/// while the worker waits, bursts, and reads by the thread that asks
+/// (docs/experiments/README.md).
 #[cfg(test)]
 mod poll_set_tests {
     use std::sync::atomic::AtomicU32;
@@ -1476,8 +1477,8 @@ mod poll_set_tests {
         thread.join().unwrap();
     }
 
-    /// Review point 1: a port that joins while the worker waits in `ppoll`
-    /// without it (a second device opened) is polled from then on.
+    /// A port that joins while the worker waits in `ppoll` without it (a
+    /// second device opened) is polled from then on.
     #[test]
     fn worker_reads_a_port_that_joins_while_it_waits() {
         let set = set();
@@ -1522,9 +1523,9 @@ mod poll_set_tests {
         stop_poller(set, &stop, thread);
     }
 
-    /// Review point 3: a look drains the port past a reader thread's burst,
-    /// so a backlog waits in the device's bounded, counted queue rather than
-    /// in ib_umad's list.
+    /// A look drains the port past a reader thread's burst, so a backlog
+    /// waits in the device's bounded, counted queue rather than in ib_umad's
+    /// list.
     #[test]
     fn a_look_drains_past_a_reader_threads_burst() {
         let set = set();
@@ -1538,9 +1539,9 @@ mod poll_set_tests {
         assert_eq!(p.got(), (0..sent).collect::<Vec<_>>());
     }
 
-    /// Review point 4: what the port holds is read and handed on, in order,
-    /// by the thread that asks (`ib_cm_notify`, `close`), before that thread
-    /// queues its own work; the worker then finds the port empty.
+    /// What the port holds is read and handed on, in order, by the thread
+    /// that asks (`ib_cm_notify`, `close`), before that thread queues its own
+    /// work; the worker then finds the port empty.
     #[test]
     fn read_now_hands_on_what_the_port_holds_in_order() {
         let set = set();
@@ -1573,7 +1574,7 @@ mod poll_set_tests {
     /// `close` while the worker's `ppoll` has just seen the port readable:
     /// `deregister` takes the port out and waits for the snapshot; the
     /// worker, which then gets the lock, must not read the port any more
-    /// (the reviewer's interleaving, forced with the set's lock).
+    /// (that interleaving forced with the set's lock).
     #[test]
     fn a_port_is_not_read_once_it_has_left_even_by_a_poll_in_progress() {
         let set = set();

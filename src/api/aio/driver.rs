@@ -58,7 +58,7 @@ impl Driver {
     pub fn run_pending(&self, max: usize) -> Option<usize> {
         // In a forked child the device is the parent's: nothing runs here,
         // not even the parent's queued handlers, and no lock is taken
-        // (aio review A2: they ran).
+        // (fork_tests::in_a_forked_child_async_waits_end_and_the_driver_stops).
         if crate::os::fork::in_forked_child() {
             return None;
         }

@@ -1,5 +1,7 @@
-//! The automatic MRA (issue 33): which retransmissions get one; each test
-//! failed on main b159386 before its fix.
+//! The automatic MRA (issue 33): which duplicates get one. Only a
+//! retransmission from the address the request came from, timed from when it
+//! arrived, gets an MRA; the daemon lets it through; the extreme response
+//! timeouts neither overflow nor panic.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,14 +36,14 @@ fn got_back(raw: &Raw) -> Vec<(u16, Option<Mra>)> {
         .collect()
 }
 
-// ---- Finding M1: an automatic MRA answers whoever sent the duplicate. A
+// ---- An automatic MRA answers only the address the request came from. A
 // duplicate is recognised by comm ID and CA GUID (REQ) or both comm IDs
 // (REP), nothing about where it came from; the kernel answers a duplicate
 // in REQ_RCVD / REP_RCVD with nothing, so there a third host that sends one
-// learnt nothing and got nothing. With the automatic MRA it gets an MRA
-// carrying our local comm ID (the half of the pair it lacked to forge a
-// DREQ, a REJ or a LAP the connection will take), and a spoofed source
-// address makes us send MRAs to whoever it names.
+// learns nothing and gets nothing. An automatic MRA to any sender would give
+// it one carrying our local comm ID (the half of the pair it lacks to forge
+// a DREQ, a REJ or a LAP the connection will take), and a spoofed source
+// address would make us send MRAs to whoever it names.
 
 /// A third host sends a copy of A's REQ (A's comm ID and CA GUID, read off
 /// the wire or guessed) while B's user holds the REQ: it must get nothing,
@@ -137,7 +139,7 @@ fn a_duplicate_rep_from_another_address_gets_no_mra() {
     pair.finish(&[&passive]);
 }
 
-// ---- Through ibcmd (not a finding): the daemon lets a tenant send an MRA
+// ---- Through ibcmd: the daemon lets a tenant send an MRA
 // of REQ only for a REQ it routed to that tenant, towards the address it
 // came from, while open (`rules::check_send`); an MRA of REP needs the
 // tenant's own comm ID. The automatic MRA answers a duplicate the daemon
@@ -207,7 +209,7 @@ fn an_auto_mra_of_rep_passes_the_switch_daemon() {
     pair.finish(&[&passive, &listener, &active]);
 }
 
-// ---- Timeouts and states (not findings): a REQ's response timeout of 31
+// ---- Timeouts and states: a REQ's response timeout of 31
 // (2^23 ms) or 0 (1 ms) neither overflows nor panics; REP_SENT still
 // ignores a duplicate REQ (its REP's own retransmission answers it).
 
@@ -244,7 +246,7 @@ fn answers_to_a_copy(pair: &Pair, raw: &Raw, mad: &Mad) -> Vec<(u16, Option<Mra>
 }
 
 #[test]
-fn timeouts_31_and_0_of_a_req() {
+fn a_copy_of_a_req_with_timeout_31_gets_no_mra_and_with_timeout_0_gets_one_of_4() {
     let pair = Pair::new();
     pair.b.set_auto_mra(AUTO_MRA_DEFAULT);
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0));
@@ -293,14 +295,14 @@ fn rep_sent_ignores_a_duplicate_req() {
     pair.finish(&[&passive]);
 }
 
-// ---- Finding M3: "when the original came" was when the worker took it,
-// not when it arrived. The worker takes received MADs in order, after the
-// handler it runs; a handler that holds it (worker mode: another id's
-// REQ_RECEIVED doing slow setup) leaves a REQ and its retransmissions
-// queued, and then takes them microseconds apart: every retransmission
-// looked like the fabric's copy and was dropped, as the kernel drops it,
-// and a requester with few retries left timed out although B's CM was
-// there to answer for its user. Arrival is now stamped when the MAD is
+// ---- "When the original came" is when it arrived, not when the worker
+// took it. The worker takes received MADs in order, after the handler it
+// runs; a handler that holds it (worker mode: another id's REQ_RECEIVED
+// doing slow setup) leaves a REQ and its retransmissions queued, and then
+// takes them microseconds apart: timed from then, every retransmission
+// would look like the fabric's copy and be dropped, as the kernel drops it,
+// and a requester with few retries left would time out although B's CM was
+// there to answer for its user. So arrival is stamped when the MAD is
 // queued.
 
 /// B's worker is held 450 ms by the REQ_RECEIVED handler of a first

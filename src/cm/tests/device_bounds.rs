@@ -1,5 +1,7 @@
-//! Issue 10 (hardening for long-running daemons): devices and their transport
-//! (points 2, 5a, 15b; the C tests cover 4, 7 and the reader).
+//! A device and its transport inside a long-running daemon (issue 10): a
+//! failed retry ends the send, the receive queue is bounded, a closed device
+//! reaches its transport no more (the C tests cover device removal, a failed
+//! open and the reader thread).
 
 use super::*;
 use crate::cm::send_req;

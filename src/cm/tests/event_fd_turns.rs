@@ -1,5 +1,6 @@
-//! Hostile review of issue 13 (event-fd mode, logging, man pages, the late
-//! listen give-back). Each test states what should hold.
+//! The event-fd mode's turns (issue 13): the worker never waits for an FD
+//! device's turn, close waits for a busy turn at most its close wait and not
+//! at all from a handler, and the errno the man pages point to is there.
 
 use std::sync::atomic::AtomicBool;
 

@@ -1,6 +1,7 @@
-//! Hostile review C (second pass) of issue 10: the fixes' interplay with the
-//! event-fd mode, close's barrier, the orphan path and logging. Each test
-//! states what should hold; an ignored test fails on purpose (a finding).
+//! The event-fd mode with close's barrier, the orphan path and logging
+//! (issue 10): close after destroying every known id, a panicking or
+//! device-closing handler in `ibcm_process_events`, and the log line of a
+//! forgotten orphan SIDR_REQ.
 
 use std::sync::Arc;
 
@@ -12,12 +13,13 @@ use crate::cm::{
 };
 use crate::errno::EINVAL;
 
-/// Hostile finding 6 came back in FD mode: `ibcm_close_device` lets the
-/// worker finish its queue before it counts ids, but an FD-mode device's
-/// REQ_RECEIVED waits in the device's own queue, which nobody drains during
-/// close. A daemon that destroys every id it knows (its listener), takes the
-/// fd out of its epoll set as docs/threads.md says, and closes, gets
-/// `-EBUSY` for an id it never saw; the docs promise the opposite.
+/// Closing an FD-mode device after destroying every id one knows is not
+/// `-EBUSY`: `ibcm_close_device` lets the worker finish its queue before it
+/// counts ids, but an FD-mode device's REQ_RECEIVED waits in the device's
+/// own queue, which nobody drains during close. A daemon that destroys every
+/// id it knows (its listener), takes the fd out of its epoll set as
+/// docs/threads.md says, and closes, must not get `-EBUSY` for an id it
+/// never saw; the docs promise so.
 #[test]
 fn fd_mode_close_after_listener_destroyed_is_not_ebusy() {
     let (a, b, rec) = fd_pair();
@@ -70,10 +72,10 @@ fn req_params(a: &Device, b: &Device) -> ReqParams {
     }
 }
 
-/// Sound (checked): a panic while `ibcm_process_events` runs a new id's
-/// REQ_RECEIVED on the caller's thread is contained there, the new id is
-/// forgotten (-ENOMEM way) and its backlog place is given back; the
-/// listener takes the peer's retransmission.
+/// A panic while `ibcm_process_events` runs a new id's REQ_RECEIVED on the
+/// caller's thread is contained there, the new id is forgotten (-ENOMEM
+/// way) and its backlog place is given back; the listener takes the peer's
+/// retransmission.
 #[test]
 fn fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     let (a, b, rec) = fd_pair();
@@ -123,10 +125,9 @@ fn fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     close_device(&b).unwrap();
 }
 
-/// Sound (checked): a handler running in `ibcm_process_events` may destroy
-/// its listener and its own id and close its device: close waits for the
-/// worker's queue (not for this thread), the device's queue is dropped, and
-/// the drain loop ends.
+/// A handler running in `ibcm_process_events` may destroy its listener and
+/// its own id and close its device: close waits for the worker's queue (not
+/// for this thread), the device's queue is dropped, and the drain loop ends.
 #[test]
 fn fd_mode_handler_closes_its_own_device() {
     let (a, b, rec) = fd_pair();
@@ -157,11 +158,12 @@ fn fd_mode_handler_closes_its_own_device() {
     close_device(&a).unwrap();
 }
 
-/// IBCM_LOG lies about the orphan SIDR_REQ path: a SIDR_REQ_RCVD id whose
-/// listener was destroyed before its SIDR_REQ_RECEIVED ran is forgotten
-/// without any SIDR_REP (`forget_orphan` -> `forget_sidr_request`), yet its
-/// state line says `SIDR_REQ_RCVD -> IDLE (SIDR_REP sent)`. Someone grepping
-/// the log for why a client got no answer is told it got one.
+/// IBCM_LOG tells the truth about the orphan SIDR_REQ path: a SIDR_REQ_RCVD
+/// id whose listener was destroyed before its SIDR_REQ_RECEIVED ran is
+/// forgotten without any SIDR_REP (`forget_orphan` -> `forget_sidr_request`),
+/// so its state line must not say `SIDR_REQ_RCVD -> IDLE (SIDR_REP sent)`:
+/// someone grepping the log for why a client got no answer would be told it
+/// got one.
 #[test]
 fn log_orphan_sidr_req_forgotten_does_not_claim_a_sidr_rep_was_sent() {
     use crate::cm::{SidrReqParams, send_sidr_req};

@@ -1,5 +1,6 @@
-//! Issue 10 ("safe inside a long-running daemon"): the engine-level tests,
-//! named after the issue's points.
+//! Listeners inside a long-running daemon (issue 10): the listen backlog
+//! bounds and counts requests, a request after its listener is destroyed is
+//! forgotten, a listen racing destroy never revives the id.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

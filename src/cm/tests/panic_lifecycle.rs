@@ -1,5 +1,6 @@
-//! Hostile review of issue 10 (lifecycle and runtime): tests that fail on
-//! the hardened code, each named `hostile_<what>`.
+//! A panic contained in the worker (issue 10) must not strand what it
+//! interrupted: a new id whose REQ_RECEIVED was dropped, a REQ whose
+//! retransmission timer was dropped.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,16 +11,17 @@ use crate::cm::worker::panicked;
 /// docs/threads.md: "a panic while handling one received MAD, one event or
 /// one timer drops that item ... (a dropped MAD is as if the fabric had lost
 /// it: the sender retransmits)". For IB_CM_REQ_RECEIVED the dropped item is
-/// the only thing that tells the user of the new id: the id stays in
-/// REQ_RCVD, unreachable, holding a backlog slot and a device id for ever;
-/// the peer's retransmitted REQ is taken for a duplicate of it and ignored,
-/// so the connection never comes up and the device can never be closed.
+/// the only thing that tells the user of the new id: were the id kept, it
+/// would stay in REQ_RCVD, unreachable, holding a backlog slot and a device
+/// id for ever, and the peer's retransmitted REQ would be taken for a
+/// duplicate of it and ignored, so the connection would never come up and
+/// the device could never be closed. The retransmitted REQ must get through.
 ///
 /// The panic is the handler's (a Rust closure: the only way to make the
 /// library's delivery path panic from a test); any panic of the library while
 /// it builds or delivers the event (ffi/event.rs) has the same effect.
 #[test]
-fn a_panic_delivering_req_received_leaks_the_new_id() {
+fn a_panic_delivering_req_received_lets_the_retransmitted_req_through() {
     let pair = Pair::new();
     let before = panicked();
     let panicked_once = Arc::new(AtomicBool::new(false));
@@ -37,7 +39,7 @@ fn a_panic_delivering_req_received_leaks_the_new_id() {
         }),
     );
     // 268 ms response timeouts, 15 retries: the REQ is retransmitted for
-    // about 4 s, as in hardening_06's test of a dropped MAD.
+    // about 4 s, as in a_panicking_work_item_is_dropped_and_the_worker_goes_on.
     let params = ReqParams {
         remote_cm_response_timeout: 16,
         local_cm_response_timeout: 16,
@@ -69,12 +71,13 @@ fn a_panic_delivering_req_received_leaks_the_new_id() {
 
 /// The same containment for a timer: a panic while the REQ's retransmission
 /// timer is handled (here: while the next retransmission is armed) drops the
-/// timer. The id keeps its tracked REQ, whose timer is gone: it stays in
-/// REQ_SENT for ever, with no IB_CM_REQ_ERROR, no further retransmission and
-/// nothing that would ever end it (the kernel's MAD layer always completes a
-/// send: a response, a timeout or an error).
+/// timer. Were that all, the id would keep its tracked REQ with no timer: it
+/// would stay in REQ_SENT for ever, with no IB_CM_REQ_ERROR, no further
+/// retransmission and nothing that would ever end it. The kernel's MAD layer
+/// always completes a send (a response, a timeout or an error): the REQ must
+/// still end with IB_CM_REQ_ERROR.
 #[test]
-fn a_panic_in_a_retransmission_timer_leaves_the_req_pending_for_ever() {
+fn a_panic_in_a_retransmission_timer_still_ends_the_req_with_req_error() {
     let pair = Pair::new();
     // No REQ reaches B: only the retransmissions and their timeout matter.
     pair.a.drop_next(crate::wire::attr::REQ, 1000).unwrap();

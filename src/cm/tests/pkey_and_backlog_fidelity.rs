@@ -1,6 +1,7 @@
-//! Hostile review B of issue 10: kernel fidelity of the changed branches
-//! (against Linux 6.12's drivers/infiniband/core/cm.c) and peers that lie.
-//! Each test states what the kernel does; a failure is a finding.
+//! Kernel fidelity (against Linux 6.12's drivers/infiniband/core/cm.c) of
+//! the P_Key checks, the listen backlog, a failed SIDR_REP or resend, an
+//! orphaned REQ, and peers that lie. Each test states what the kernel does,
+//! and the library must do the same.
 
 use std::sync::Arc;
 
@@ -107,8 +108,8 @@ fn send_req_and_sidr_req_with_pkey_not_on_the_port_fail() {
 /// when that post fails the id is still SIDR_REQ_RCVD and `goto out` →
 /// `ib_destroy_cm_id` → `cm_destroy_id()` case SIDR_REQ_RCVD →
 /// `cm_reject_sidr_req(IB_SIDR_REJECT)`: a second SIDR_REP, status REJECT,
-/// is sent. The library's `answer_sidr_req_locked` forgets the request after
-/// the first failure and says nothing.
+/// is sent. The library's `answer_sidr_req_locked` must do the same, not
+/// forget the request after the first failure and say nothing.
 #[test]
 fn sidr_req_no_listener_failed_unsupported_is_followed_by_a_reject() {
     let pair = Pair::new();
@@ -158,14 +159,14 @@ fn failed_resend_books_the_kernels_totals() {
 /// The kernel never answers such a REQ INVALID_SERVICE_ID: `cm_req_handler`
 /// dropped its listener reference once the work was queued, and the event
 /// still goes to the handler (and rdma_cm's handler, finding its listener
-/// gone, returns -ECONNABORTED: REJ CONSUMER_DEFINED). The library answers
-/// INVALID_SERVICE_ID, telling the peer the service does not exist while a
-/// listener serves it; the peer gives up. A silent drop (as the backlog
-/// does) would let the peer's REQ retransmission reach the new listener.
-/// Fixed: the orphan is forgotten silently, and the retransmitted REQ is
-/// connected by the new listener.
+/// gone, returns -ECONNABORTED: REJ CONSUMER_DEFINED). Answering
+/// INVALID_SERVICE_ID would tell the peer the service does not exist while a
+/// listener serves it, and the peer would give up. A silent drop (as the
+/// backlog does) lets the peer's REQ retransmission reach the new listener:
+/// the orphan is forgotten silently, and the retransmitted REQ is connected
+/// by the new listener.
 #[test]
-fn orphan_req_is_refused_invalid_service_id_while_a_new_listener_serves_it() {
+fn an_orphan_req_goes_unanswered_and_the_new_listener_takes_its_retransmission() {
     let pair = Pair::new();
     let first = HeldWorker::hold(&pair.b);
     // The loop fabric delivers at once: the REQ now waits behind `first`,
@@ -319,10 +320,11 @@ fn sidr_req_beyond_the_backlog_is_answered_reject_as_rdma_cm_does() {
 /// `ctx->backlog` when it queues the event, `ucma_get_event` increments it
 /// again when the user reads it. A user that took every REQ_RECEIVED and
 /// answers later (asynchronously: resources, authentication) is never
-/// refused by rdma_cm. The library counts a new id until it is *answered*,
-/// so such a user loses the 1025th request although it consumed every event.
+/// refused by rdma_cm. The library's backlog must do the same: counting a
+/// new id until it is *answered* would make such a user lose the 1025th
+/// request although it consumed every event.
 #[test]
-fn backlog_counts_delivered_requests_unlike_ucma() {
+fn backlog_counts_a_request_only_until_its_event_is_taken_as_ucma_does() {
     use crate::cm::listen::LISTEN_BACKLOG;
     let pair = Pair::new();
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // taken; answered later

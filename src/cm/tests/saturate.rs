@@ -1,4 +1,4 @@
-//! Hostile numbers saturate (issue 30, finding 6): every timeout the engine
+//! Hostile numbers saturate (issue 30): every timeout the engine
 //! computes from a path, a caller's parameters, a received MAD or the device
 //! stays in range. An IBA time value t stands for 4.096 µs · 2^t and is 5
 //! bits wide in every CM message and QP attribute; the kernel's

@@ -151,10 +151,11 @@ fn insert_listen_racing_itself_gives_back_the_losers_listen() {
     pair.finish(&[]);
 }
 
-/// Hostile 13: the errnos `ib_cm_insert_listen` returns through `ibcmd`
-/// are the daemon's, as `ib_cm_listen`'s are: `-EBUSY` when another process
-/// listens on the service ID. Its page listed only EINVAL and EIO; a caller
-/// reading it could not tell "taken elsewhere" from a programming error.
+/// The errnos `ib_cm_insert_listen` returns through `ibcmd` are the
+/// daemon's, as `ib_cm_listen`'s are (`-EBUSY` when another process listens
+/// on the service ID), and its page lists them: a page listing only EINVAL
+/// and EIO leaves a caller unable to tell "taken elsewhere" from a
+/// programming error.
 #[test]
 fn insert_listen_through_the_switch_returns_what_its_page_lists() {
     use crate::cm::insert_listen;
@@ -195,10 +196,10 @@ fn insert_listen_through_the_switch_returns_what_its_page_lists() {
     pair.finish(&[]);
 }
 
-/// Hostile 13: with every local comm ID of the process's slice in use
-/// (through `ibcmd` a process has 2^slice_bits of them), `ib_create_cm_id`
-/// fails with `ERR_PTR(-EBUSY)` (`alloc_local_id`); its page listed only
-/// EINVAL and EIO, and said the kernel's `-ENOMEM` is never returned.
+/// With every local comm ID of the process's slice in use (through `ibcmd`
+/// a process has 2^slice_bits of them), `ib_create_cm_id` fails with
+/// `ERR_PTR(-EBUSY)` (`alloc_local_id`), and its page lists that errno (not
+/// only EINVAL and EIO, nor that the kernel's `-ENOMEM` is never returned).
 #[test]
 fn create_id_with_the_slice_used_up_returns_what_its_page_lists() {
     let config = SwitchConfig {

@@ -1,4 +1,5 @@
-//! Issue 10 (hardening), point 6: a panic inside the engine is contained.
+//! A panic inside the engine is contained (issue 10, point 6): the item that
+//! panicked is dropped and the worker goes on.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
