@@ -13,8 +13,10 @@
 pub mod abi;
 pub mod api;
 pub mod cm;
+#[allow(unsafe_code)] // the C ABI (docs/architecture.md, "unsafe lives in")
 pub mod ffi;
 pub mod log;
+#[allow(unsafe_code)] // the OS calls
 pub(crate) mod os;
 pub mod pcap;
 pub mod refusal;

@@ -24,10 +24,12 @@ pub use pathrec::PathQuery;
 use crate::wire::sa::{MAD_STATUS_BUSY, METHOD_GET_RESP};
 pub use crate::wire::sa::{MGMT_CLASS_SA, SA_CLASS_VERSION};
 
-// `-ETIMEDOUT`: what the kernel's SA callback gets when no answer came
-// (`IB_WC_RESP_TIMEOUT_ERR`); `-EINTR`: a query cancelled, or flushed with
-// its device (`IB_WC_WR_FLUSH_ERR`).
-pub use crate::errno::{EINTR, ETIMEDOUT};
+/// `-EINTR`: a query cancelled, or flushed with its device
+/// (`IB_WC_WR_FLUSH_ERR`).
+pub use crate::errno::EINTR;
+/// `-ETIMEDOUT`: what the kernel's SA callback gets when no answer came
+/// (`IB_WC_RESP_TIMEOUT_ERR`).
+pub use crate::errno::ETIMEDOUT;
 /// What `ibcm_init_path`'s queries take: rdma_cm's route resolution timeout,
 /// split over the first try and 3 retries.
 pub const DEFAULT_TIMEOUT_MS: u32 = 2000;

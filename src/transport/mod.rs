@@ -9,6 +9,7 @@ pub mod loopback;
 pub mod port_watch;
 pub mod switch;
 pub mod sysfs;
+#[allow(unsafe_code)] // libibumad, loaded at run time
 pub mod umad;
 
 use std::sync::Arc;
