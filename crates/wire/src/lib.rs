@@ -14,6 +14,7 @@ pub mod dreq;
 pub mod errno;
 pub mod field;
 pub mod lap;
+mod message;
 pub mod mra;
 pub mod rej;
 pub mod rep;
