@@ -11,9 +11,7 @@ use super::{DecodeError, Mad, attr};
 cm_message! {
     /// An APR: whether the peer loaded the alternate path a LAP proposed.
     pub struct Apr: attr::APR, Table 115 {
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_APR_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_APR_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// Valid bytes of `info`, at most 72 (decode refuses more).
         info_length: u8 {
@@ -27,10 +25,9 @@ cm_message! {
     }
     /// Encodes every field as given (what the removed `cm_format_apr()` did).
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already
-    /// accepted. Fails for an information length beyond the 72-byte field,
-    /// which a consumer would otherwise read past `info` with (the kernel
-    /// hands it on unchecked as `apr_rcvd.info_len`).
+    /// Fails for an information length beyond the 72-byte field, which a
+    /// consumer would otherwise read past `info` with (the kernel hands it on
+    /// unchecked as `apr_rcvd.info_len`).
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

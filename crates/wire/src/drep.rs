@@ -7,15 +7,12 @@ use super::{DecodeError, Mad, attr};
 cm_message! {
     /// A DREP: the answer to a DREQ.
     pub struct Drep: attr::DREP, Table 113 {
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_DREP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_DREP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         private_data: [u8; 224] { CM_DREP_PRIVATE_DATA: FieldBytes<224> = FieldBytes::new(8) },
     }
     /// Encodes as `cm_format_drep()` does. The kernel passes the DREQ's TID (§3.3).
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

@@ -7,9 +7,7 @@ use super::{DecodeError, Mad, attr};
 cm_message! {
     /// A DREQ: the message that starts a connection's disconnection.
     pub struct Dreq: attr::DREQ, Table 112 {
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_DREQ_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_DREQ_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// 24 bits. The receiver's QPN; the kernel drops a DREQ whose value differs from its
         /// local QPN.
@@ -18,7 +16,6 @@ cm_message! {
     }
     /// Encodes as `cm_format_dreq()` does; values wider than their field are truncated.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

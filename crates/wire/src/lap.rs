@@ -11,9 +11,7 @@ use super::{DecodeError, Mad, ReqPath, attr};
 cm_message! {
     /// A LAP: proposes a new alternate path for an established connection.
     pub struct Lap: attr::LAP, Table 114 {
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_LAP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_LAP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// 24 bits: the receiver's QPN (the kernel does not check it).
         remote_qpn: u32 { CM_LAP_REMOTE_QPN_EECN: Field = Field::new(12, 24) },
@@ -40,8 +38,7 @@ cm_message! {
     /// Encodes every field as given (what the removed `cm_format_lap()` did);
     /// values wider than their field are truncated.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already
-    /// accepted. Every bit pattern is a LAP, so this never fails.
+    /// Every bit pattern is a LAP, so this never fails.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

@@ -28,7 +28,7 @@
 //! - `header attr_mod`: the MAD header's attribute modifier (ECE).
 
 use crate::field::{Field, Field64, FieldBytes};
-use crate::{DecodeError, Mad, MsgResponse};
+use crate::{DecodeError, Mad, MsgResponse, ReqPath, TransportType};
 
 /// How a value of a message struct's field goes into and comes out of its
 /// wire descriptor `D`: the conversion the generated `encode` and `decode`
@@ -57,7 +57,7 @@ macro_rules! zero_is_default {
         })*
     };
 }
-zero_is_default!(u8, u16, u32, u64, bool, MsgResponse);
+zero_is_default!(u8, u16, u32, u64, bool, MsgResponse, TransportType, ReqPath);
 
 impl<const N: usize> Zero for [u8; N] {
     fn zero() -> Self {
@@ -65,62 +65,33 @@ impl<const N: usize> Zero for [u8; N] {
     }
 }
 
-// Inlined, like `Field`'s accessors: every descriptor is a const, so each
-// field's conversion folds into its loads and stores.
-impl WireValue<Field> for u32 {
-    #[inline(always)]
-    fn put(&self, d: &Field, mad: &mut Mad) {
-        d.set(mad, *self);
-    }
-    #[inline(always)]
-    fn take(d: &Field, _: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(d.get(mad))
-    }
+/// The conversions that cannot fail: `put` turns the value into what the
+/// descriptor's `set` takes, `take` turns what its `get` gives back into the
+/// value. Inlined, like `Field`'s accessors: every descriptor is a const, so
+/// each field's conversion folds into its loads and stores.
+macro_rules! conversions {
+    ($($value:ty => $desc:ty: put |$v:ident| $put:expr, take |$raw:ident| $take:expr;)*) => {
+        $(impl WireValue<$desc> for $value {
+            #[inline(always)]
+            fn put(&self, d: &$desc, mad: &mut Mad) {
+                let $v = *self;
+                d.set(mad, $put);
+            }
+            #[inline(always)]
+            fn take(d: &$desc, _: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
+                let $raw = d.get(mad);
+                Ok($take)
+            }
+        })*
+    };
 }
-
-impl WireValue<Field> for u16 {
-    #[inline(always)]
-    fn put(&self, d: &Field, mad: &mut Mad) {
-        d.set(mad, (*self).into());
-    }
-    #[inline(always)]
-    fn take(d: &Field, _: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(d.get(mad) as u16)
-    }
-}
-
-impl WireValue<Field> for u8 {
-    #[inline(always)]
-    fn put(&self, d: &Field, mad: &mut Mad) {
-        d.set(mad, (*self).into());
-    }
-    #[inline(always)]
-    fn take(d: &Field, _: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(d.get(mad) as u8)
-    }
-}
-
-/// A one-bit flag: `true` is 1; any nonzero value decodes as `true`.
-impl WireValue<Field> for bool {
-    #[inline(always)]
-    fn put(&self, d: &Field, mad: &mut Mad) {
-        d.set(mad, (*self).into());
-    }
-    #[inline(always)]
-    fn take(d: &Field, _: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(d.get(mad) != 0)
-    }
-}
-
-impl WireValue<Field64> for u64 {
-    #[inline(always)]
-    fn put(&self, d: &Field64, mad: &mut Mad) {
-        d.set(mad, *self);
-    }
-    #[inline(always)]
-    fn take(d: &Field64, _: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(d.get(mad))
-    }
+conversions! {
+    u32 => Field: put |v| v, take |raw| raw;
+    u16 => Field: put |v| v.into(), take |raw| raw as u16;
+    u8 => Field: put |v| v.into(), take |raw| raw as u8;
+    // A flag: `true` is 1; any nonzero value decodes as `true`.
+    bool => Field: put |v| v.into(), take |raw| raw != 0;
+    u64 => Field64: put |v| v, take |raw| raw;
 }
 
 impl<const N: usize> WireValue<FieldBytes<N>> for [u8; N] {
@@ -134,17 +105,23 @@ impl<const N: usize> WireValue<FieldBytes<N>> for [u8; N] {
     }
 }
 
-/// The 2-bit "message MRAed / rejected" field; decode fails for the reserved 3.
-impl WireValue<Field> for MsgResponse {
-    #[inline(always)]
-    fn put(&self, d: &Field, mad: &mut Mad) {
-        d.set(mad, *self as u32);
-    }
-    #[inline(always)]
-    fn take(d: &Field, name: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        MsgResponse::from_wire(name, d.get(mad))
-    }
+/// The enums (`MsgResponse`, `TransportType`): their discriminant on the
+/// wire; decode is the enum's own `from_wire`, which refuses a reserved value.
+macro_rules! enum_conversions {
+    ($($value:ty),*) => {
+        $(impl WireValue<Field> for $value {
+            #[inline(always)]
+            fn put(&self, d: &Field, mad: &mut Mad) {
+                d.set(mad, *self as u32);
+            }
+            #[inline(always)]
+            fn take(d: &Field, name: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
+                <$value>::from_wire(name, d.get(mad))
+            }
+        })*
+    };
 }
+enum_conversions!(MsgResponse, TransportType);
 
 /// A `u32` spread over `K` wire fields (REP's and SIDR_REP's vendor ID): each
 /// field holds the value shifted right by its shift, and they are or-ed back
@@ -194,7 +171,8 @@ impl WireValue<AttrMod> for u32 {
 ///     }
 ///     /// encode's doc
 ///     pub fn encode(&self, tid: u64) -> Mad;   // or (&self, tid: u64, attr_mod: u32)
-///     /// decode's doc
+///     /// decode's doc, after "Decodes the CM data of a MAD whose header
+///     /// `parse_header` already accepted."
 ///     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 /// }
 /// ```
@@ -327,6 +305,7 @@ macro_rules! cm_message {
                 mad
             }
 
+            /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
             $(#[$ddoc])*
             pub fn decode($mad: &$input) -> Result<Self, $error> {
                 $($crate::message::cm_message!(@check $mad; $($spec)*);)*
@@ -350,57 +329,49 @@ mod tests {
     use super::*;
     use crate::{Apr, Drep, Dreq, Lap, Mra, Rej, Rep, Req, Rtu, SidrRep, SidrReq, attr, new_mad};
 
-    /// The generated `Default` is what a zeroed MAD decodes to, and encodes
-    /// back to one: no field's zero value is anything but zero bits.
+    /// The generated `Default` of message `M` is what a zeroed MAD decodes
+    /// to, and encodes back to one.
+    fn default_is_the_zeroed_mad<M: Default + PartialEq + std::fmt::Debug>(
+        attr_id: u16,
+        decode: fn(&Mad) -> Result<M, DecodeError>,
+        encode: fn(&M) -> Mad,
+    ) {
+        let zeroed = new_mad(attr_id, 9, 0);
+        let name = attr::name(attr_id);
+        assert_eq!(decode(&zeroed), Ok(M::default()), "{name}: decode");
+        assert_eq!(encode(&M::default()), zeroed, "{name}: encode");
+    }
+
+    /// No field's zero value is anything but zero bits.
     #[test]
     fn default_is_the_zeroed_mad_for_every_message() {
-        let zeroed = |attr_id| new_mad(attr_id, 9, 0);
-        assert_eq!(Req::decode(&zeroed(attr::REQ)), Ok(Req::default()));
-        assert_eq!(Req::default().encode(9), zeroed(attr::REQ));
-        assert_eq!(Mra::decode(&zeroed(attr::MRA)), Ok(Mra::default()));
-        assert_eq!(Mra::default().encode(9), zeroed(attr::MRA));
-        assert_eq!(Rej::decode(&zeroed(attr::REJ)), Ok(Rej::default()));
-        assert_eq!(Rej::default().encode(9), zeroed(attr::REJ));
-        assert_eq!(Rep::decode(&zeroed(attr::REP)), Ok(Rep::default()));
-        assert_eq!(Rep::default().encode(9), zeroed(attr::REP));
-        assert_eq!(Rtu::decode(&zeroed(attr::RTU)), Ok(Rtu::default()));
-        assert_eq!(Rtu::default().encode(9), zeroed(attr::RTU));
-        assert_eq!(Dreq::decode(&zeroed(attr::DREQ)), Ok(Dreq::default()));
-        assert_eq!(Dreq::default().encode(9), zeroed(attr::DREQ));
-        assert_eq!(Drep::decode(&zeroed(attr::DREP)), Ok(Drep::default()));
-        assert_eq!(Drep::default().encode(9), zeroed(attr::DREP));
-        assert_eq!(Lap::decode(&zeroed(attr::LAP)), Ok(Lap::default()));
-        assert_eq!(Lap::default().encode(9), zeroed(attr::LAP));
-        assert_eq!(Apr::decode(&zeroed(attr::APR)), Ok(Apr::default()));
-        assert_eq!(Apr::default().encode(9), zeroed(attr::APR));
-        let sidr_req = zeroed(attr::SIDR_REQ);
-        assert_eq!(SidrReq::decode(&sidr_req), Ok(SidrReq::default()));
-        assert_eq!(SidrReq::default().encode(9), sidr_req);
-        let sidr_rep = zeroed(attr::SIDR_REP);
-        assert_eq!(SidrRep::decode(&sidr_rep), Ok(SidrRep::default()));
-        assert_eq!(SidrRep::default().encode(9, 0), sidr_rep);
+        default_is_the_zeroed_mad(attr::REQ, Req::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::MRA, Mra::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::REJ, Rej::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::REP, Rep::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::RTU, Rtu::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::DREQ, Dreq::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::DREP, Drep::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::LAP, Lap::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::APR, Apr::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::SIDR_REQ, SidrReq::decode, |m| m.encode(9));
+        default_is_the_zeroed_mad(attr::SIDR_REP, SidrRep::decode, |m| m.encode(9, 0));
     }
 
     /// A `max` bound is checked before any field is converted, as the
     /// hand-written decoders did: a REJ whose ARI length and "message
-    /// rejected" are both out of range is refused for the length.
+    /// rejected" are both out of range is refused for the length; at the
+    /// bound only the reserved 3 is left to refuse.
     #[test]
     fn bounds_are_checked_before_the_conversions_that_can_fail() {
+        use crate::rej::{CM_REJ_MESSAGE_REJECTED, CM_REJ_REJECTED_INFO_LENGTH};
+        let range = |field, value| Err(DecodeError::FieldRange { field, value });
         let mut mad = Rej::default().encode(1);
-        crate::rej::CM_REJ_MESSAGE_REJECTED.set(&mut mad, 3);
-        crate::rej::CM_REJ_REJECTED_INFO_LENGTH.set(&mut mad, 73);
-        let err = DecodeError::FieldRange {
-            field: "CM_REJ_REJECTED_INFO_LENGTH",
-            value: 73,
-        };
-        assert_eq!(Rej::decode(&mad), Err(err));
-        // At the bound it decodes; only the reserved 3 is left to refuse.
-        crate::rej::CM_REJ_REJECTED_INFO_LENGTH.set(&mut mad, 72);
-        let err = DecodeError::FieldRange {
-            field: "CM_REJ_MESSAGE_REJECTED",
-            value: 3,
-        };
-        assert_eq!(Rej::decode(&mad), Err(err));
+        CM_REJ_MESSAGE_REJECTED.set(&mut mad, 3);
+        CM_REJ_REJECTED_INFO_LENGTH.set(&mut mad, 73);
+        assert_eq!(Rej::decode(&mad), range("CM_REJ_REJECTED_INFO_LENGTH", 73));
+        CM_REJ_REJECTED_INFO_LENGTH.set(&mut mad, 72);
+        assert_eq!(Rej::decode(&mad), range("CM_REJ_MESSAGE_REJECTED", 3));
     }
 
     /// A split value puts each part through its own field and ors them back.

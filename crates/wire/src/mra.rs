@@ -7,9 +7,7 @@ use super::{DecodeError, Mad, MsgResponse, attr};
 cm_message! {
     /// An MRA: "your message arrived, the answer will take longer", with the time to wait.
     pub struct Mra: attr::MRA, Table 107 {
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_MRA_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_MRA_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// The message acknowledged; decode fails for the reserved value 3.
         message_mraed: MsgResponse { CM_MRA_MESSAGE_MRAED: Field = Field::new(8, 2) },
@@ -19,7 +17,6 @@ cm_message! {
     }
     /// Encodes as `cm_format_mra()` does.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     /// Fails only for the reserved "message MRAed" value 3.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }

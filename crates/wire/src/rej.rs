@@ -9,7 +9,6 @@ cm_message! {
     pub struct Rej: attr::REJ, Table 108 {
         /// Zero when the kernel rejects a REQ from REQ_RCVD (`cm_format_rej`).
         local_comm_id: u32 { CM_REJ_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_REJ_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// The message rejected; decode fails for the reserved value 3.
         message_rejected: MsgResponse { CM_REJ_MESSAGE_REJECTED: Field = Field::new(8, 2) },
@@ -25,7 +24,6 @@ cm_message! {
     }
     /// Encodes as `cm_format_rej()` does.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     /// Fails for "message rejected" 3 (reserved) and an ARI length beyond the 72-byte ARI field,
     /// which a consumer would otherwise use to index past `ari`.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;

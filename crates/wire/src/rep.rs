@@ -9,9 +9,7 @@ cm_message! {
     pub struct Rep: attr::REP, Table 110 {
         /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
         attr_mod: u32 { header attr_mod },
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_REP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The REQ's comm ID.
         remote_comm_id: u32 { CM_REP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// The kernel never sets it (`cm_format_rep`).
         local_qkey: u32 { CM_REP_LOCAL_Q_KEY: Field = Field::new(8, 32) },
@@ -50,8 +48,7 @@ cm_message! {
     }
     /// Encodes as `cm_format_rep()` does.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes a MAD whose header `parse_header` already accepted (the attribute modifier is
-    /// read from the header too, for ECE).
+    /// The attribute modifier is read from the header too, for ECE.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

@@ -1,7 +1,7 @@
 //! REQ, Request for communication (IBTA Vol.1 Table 106, `struct cm_req_msg`).
 
 use super::field::{Field, Field64, FieldBytes};
-use super::message::{WireValue, Zero, cm_message};
+use super::message::{WireValue, cm_message};
 use super::{DecodeError, Mad, attr};
 
 cm_message! {
@@ -9,7 +9,6 @@ cm_message! {
     pub struct Req: attr::REQ, Table 106 {
         /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
         attr_mod: u32 { header attr_mod },
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_REQ_LOCAL_COMM_ID: Field = Field::new(0, 32) },
         /// ECE vendor ID, in the 24 bits after the reserved byte 4.
         vendor_id: u32 { CM_REQ_VENDOR_ID: Field = Field::new(5, 24) },
@@ -94,8 +93,8 @@ cm_message! {
     }
     /// Encodes every field as given (the kernel's `cm_format_req` leaves some at zero).
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes a MAD whose header `parse_header` already accepted (the attribute modifier is
-    /// read from the header too, for ECE). Fails only for the reserved transport type 2.
+    /// The attribute modifier is read from the header too, for ECE. Fails only for the reserved
+    /// transport type 2.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
@@ -111,27 +110,16 @@ pub enum TransportType {
     Xrc = 3,
 }
 
-impl WireValue<Field> for TransportType {
-    #[inline(always)]
-    fn put(&self, field: &Field, mad: &mut Mad) {
-        field.set(mad, *self as u32);
-    }
-
-    /// Fails for the reserved value 2.
-    #[inline(always)]
-    fn take(field: &Field, name: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
-        match field.get(mad) {
-            0 => Ok(TransportType::Rc),
-            1 => Ok(TransportType::Uc),
-            3 => Ok(TransportType::Xrc),
-            value => Err(DecodeError::FieldRange { field: name, value }),
+impl TransportType {
+    /// Decodes the 2-bit wire value; fails for the reserved 2. `field` names the field for the
+    /// error.
+    pub(crate) fn from_wire(field: &'static str, value: u32) -> Result<Self, DecodeError> {
+        match value {
+            0 => Ok(Self::Rc),
+            1 => Ok(Self::Uc),
+            3 => Ok(Self::Xrc),
+            _ => Err(DecodeError::FieldRange { field, value }),
         }
-    }
-}
-
-impl Zero for TransportType {
-    fn zero() -> Self {
-        Self::Rc
     }
 }
 
@@ -211,12 +199,6 @@ impl WireValue<PathFields> for ReqPath {
             subnet_local: WireValue::take(&d.subnet_local, name, mad)?,
             local_ack_timeout: WireValue::take(&d.local_ack_timeout, name, mad)?,
         })
-    }
-}
-
-impl Zero for ReqPath {
-    fn zero() -> Self {
-        Self::default()
     }
 }
 

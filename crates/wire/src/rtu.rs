@@ -7,15 +7,12 @@ use super::{DecodeError, Mad, attr};
 cm_message! {
     /// An RTU: the active side's answer to a REP, which establishes the connection.
     pub struct Rtu: attr::RTU, Table 111 {
-        /// The sender's comm ID.
         local_comm_id: u32 { CM_RTU_LOCAL_COMM_ID: Field = Field::new(0, 32) },
-        /// The receiver's comm ID.
         remote_comm_id: u32 { CM_RTU_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         private_data: [u8; 224] { CM_RTU_PRIVATE_DATA: FieldBytes<224> = FieldBytes::new(8) },
     }
     /// Encodes as `cm_format_rtu()` does.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

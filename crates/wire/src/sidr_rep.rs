@@ -35,7 +35,6 @@ cm_message! {
     }
     /// Encodes as `cm_format_sidr_rep()` does.
     pub fn encode(&self, tid: u64, attr_mod: u32) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 

@@ -17,7 +17,6 @@ cm_message! {
     }
     /// Encodes as `cm_format_sidr_req()` does.
     pub fn encode(&self, tid: u64) -> Mad;
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
