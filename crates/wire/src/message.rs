@@ -8,11 +8,12 @@
 //! (every field as a zeroed MAD holds it) and `encode` / `decode`.
 //!
 //! What is not one descriptor per field stays explicit, beside the table:
-//! how a value converts is the `WireValue` impl of its type (bools, the
-//! enums, whose decode fails on a reserved value, and `ReqPath` over its
-//! `PathFields`, in `req.rs`); a field's spec can add a bound that decode
-//! checks before anything else, split one value over several wire fields, or
-//! take it from the MAD header.
+//! how a value converts is the `WireValue` impl of its type (the
+//! `conversions!` table below for integers and bools, byte arrays as they are; the enums
+//! through their own `from_wire`, in `lib.rs` and `req.rs`, which refuses a
+//! reserved value; `ReqPath` over its `PathFields`, in `req.rs`); a field's
+//! spec can add a bound that decode checks before anything else, split one
+//! value over several wire fields, or take it from the MAD header.
 //!
 //! A field's spec, between the braces after its type, is one of:
 //!
