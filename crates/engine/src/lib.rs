@@ -8,6 +8,7 @@
 //! `cm` module message family by message family.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod path;
 pub mod timer;

@@ -1,8 +1,10 @@
 //! Paths (the engine's `sa_path_rec`) and the kernel's IBA time arithmetic.
 
-/// Path record types (`enum sa_path_rec_type`).
+/// Path record types (`enum sa_path_rec_type`): `SA_PATH_REC_TYPE_IB`, an InfiniBand path.
 pub const REC_TYPE_IB: i32 = 0;
+/// `SA_PATH_REC_TYPE_ROCE_V1`: a RoCE v1 path.
 pub const REC_TYPE_ROCE_V1: i32 = 1;
+/// `SA_PATH_REC_TYPE_ROCE_V2`: a RoCE v2 path.
 pub const REC_TYPE_ROCE_V2: i32 = 2;
 /// `IB_LID_PERMISSIVE`: what a REQ carries as LIDs when the path is routed.
 pub const LID_PERMISSIVE: u16 = 0xffff;
@@ -11,21 +13,37 @@ pub const LID_PERMISSIVE: u16 = 0xffff;
 /// in host order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Path {
+    /// Destination GID: the remote port's.
     pub dgid: [u8; 16],
+    /// Source GID: the local port's.
     pub sgid: [u8; 16],
+    /// Destination LID.
     pub dlid: u16,
+    /// Source LID.
     pub slid: u16,
+    /// The service ID the path is for.
     pub service_id: u64,
+    /// GRH flow label, 20 bits.
     pub flow_label: u32,
+    /// GRH hop limit.
     pub hop_limit: u8,
+    /// GRH traffic class.
     pub traffic_class: u8,
+    /// 1 if the path is reversible (the path record's `Reversible` bit).
     pub reversible: u8,
+    /// How many paths a query asks for (`NumbPath`).
     pub numb_path: u8,
+    /// Partition key.
     pub pkey: u16,
+    /// Service level, 4 bits.
     pub sl: u8,
+    /// Path MTU, `enum ib_mtu`.
     pub mtu: u8,
+    /// Static rate, `enum ib_rate`.
     pub rate: u8,
+    /// Packet lifetime as an IBA time value (4.096 µs · 2^value).
     pub packet_life_time: u8,
+    /// One of the `REC_TYPE_*` (`enum sa_path_rec_type`).
     pub rec_type: i32,
 }
 

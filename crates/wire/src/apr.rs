@@ -5,76 +5,30 @@
 //! tools that play the peer.
 
 use super::field::{Field, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, attr};
 
-pub const CM_APR_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_APR_REMOTE_COMM_ID: Field = Field::new(4, 32);
-pub const CM_APR_ADDITIONAL_INFORMATION_LENGTH: Field = Field::new(8, 8);
-/// `enum ib_cm_apr_status`.
-pub const CM_APR_AR_STATUS: Field = Field::new(9, 8);
-/// `IB_CM_APR_INFO_LENGTH` = 72.
-pub const CM_APR_ADDITIONAL_INFORMATION: FieldBytes<72> = FieldBytes::new(12);
-pub const CM_APR_PRIVATE_DATA: FieldBytes<148> = FieldBytes::new(84);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Apr {
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    /// Valid bytes of `info`, at most 72 (decode refuses more).
-    pub info_length: u8,
-    /// `enum ib_cm_apr_status`, as the peer sent it (any 8-bit value).
-    pub ap_status: u8,
-    pub info: [u8; 72],
-    pub private_data: [u8; 148],
-}
-
-impl Default for Apr {
-    fn default() -> Self {
-        Self {
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            info_length: 0,
-            ap_status: 0,
-            info: [0; 72],
-            private_data: [0; 148],
-        }
+cm_message! {
+    /// An APR: whether the peer loaded the alternate path a LAP proposed.
+    pub struct Apr: attr::APR, Table 115 {
+        local_comm_id: u32 { CM_APR_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_APR_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        /// Valid bytes of `info`, at most 72 (decode refuses more).
+        info_length: u8 {
+            CM_APR_ADDITIONAL_INFORMATION_LENGTH: Field = Field::new(8, 8), max 72
+        },
+        /// `enum ib_cm_apr_status`, as the peer sent it (any 8-bit value).
+        ap_status: u8 { CM_APR_AR_STATUS: Field = Field::new(9, 8) },
+        /// `IB_CM_APR_INFO_LENGTH` = 72.
+        info: [u8; 72] { CM_APR_ADDITIONAL_INFORMATION: FieldBytes<72> = FieldBytes::new(12) },
+        private_data: [u8; 148] { CM_APR_PRIVATE_DATA: FieldBytes<148> = FieldBytes::new(84) },
     }
-}
-
-impl Apr {
     /// Encodes every field as given (what the removed `cm_format_apr()` did).
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::APR, tid, 0);
-        CM_APR_LOCAL_COMM_ID.set(&mut mad, self.local_comm_id);
-        CM_APR_REMOTE_COMM_ID.set(&mut mad, self.remote_comm_id);
-        CM_APR_ADDITIONAL_INFORMATION_LENGTH.set(&mut mad, self.info_length.into());
-        CM_APR_AR_STATUS.set(&mut mad, self.ap_status.into());
-        CM_APR_ADDITIONAL_INFORMATION.set(&mut mad, &self.info);
-        CM_APR_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already
-    /// accepted. Fails for an information length beyond the 72-byte field,
-    /// which a consumer would otherwise read past `info` with (the kernel
-    /// hands it on unchecked as `apr_rcvd.info_len`).
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        let info_length = CM_APR_ADDITIONAL_INFORMATION_LENGTH.get(mad);
-        if info_length > 72 {
-            return Err(DecodeError::FieldRange {
-                field: "CM_APR_ADDITIONAL_INFORMATION_LENGTH",
-                value: info_length,
-            });
-        }
-        Ok(Self {
-            local_comm_id: CM_APR_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_APR_REMOTE_COMM_ID.get(mad),
-            info_length: info_length as u8,
-            ap_status: CM_APR_AR_STATUS.get(mad) as u8,
-            info: CM_APR_ADDITIONAL_INFORMATION.get(mad),
-            private_data: CM_APR_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64) -> Mad;
+    /// Fails for an information length beyond the 72-byte field, which a
+    /// consumer would otherwise read past `info` with (the kernel hands it on
+    /// unchecked as `apr_rcvd.info_len`).
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

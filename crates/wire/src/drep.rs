@@ -1,47 +1,19 @@
 //! DREP, Disconnection REPly (IBTA Vol.1 Table 113, `struct cm_drep_msg`).
 
 use super::field::{Field, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, attr};
 
-pub const CM_DREP_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_DREP_REMOTE_COMM_ID: Field = Field::new(4, 32);
-pub const CM_DREP_PRIVATE_DATA: FieldBytes<224> = FieldBytes::new(8);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Drep {
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    pub private_data: [u8; 224],
-}
-
-impl Default for Drep {
-    fn default() -> Self {
-        Self {
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            private_data: [0; 224],
-        }
+cm_message! {
+    /// A DREP: the answer to a DREQ.
+    pub struct Drep: attr::DREP, Table 113 {
+        local_comm_id: u32 { CM_DREP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_DREP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        private_data: [u8; 224] { CM_DREP_PRIVATE_DATA: FieldBytes<224> = FieldBytes::new(8) },
     }
-}
-
-impl Drep {
     /// Encodes as `cm_format_drep()` does. The kernel passes the DREQ's TID (§3.3).
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::DREP, tid, 0);
-        CM_DREP_LOCAL_COMM_ID.set(&mut mad, self.local_comm_id);
-        CM_DREP_REMOTE_COMM_ID.set(&mut mad, self.remote_comm_id);
-        CM_DREP_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(Self {
-            local_comm_id: CM_DREP_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_DREP_REMOTE_COMM_ID.get(mad),
-            private_data: CM_DREP_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64) -> Mad;
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

@@ -1,54 +1,22 @@
 //! DREQ, Disconnection REQuest (IBTA Vol.1 Table 112, `struct cm_dreq_msg`).
 
 use super::field::{Field, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, attr};
 
-pub const CM_DREQ_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_DREQ_REMOTE_COMM_ID: Field = Field::new(4, 32);
-/// The receiver's QPN; the kernel drops a DREQ whose value differs from its local QPN.
-pub const CM_DREQ_REMOTE_QPN_EECN: Field = Field::new(8, 24);
-pub const CM_DREQ_PRIVATE_DATA: FieldBytes<220> = FieldBytes::new(12);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dreq {
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    /// 24 bits.
-    pub remote_qpn: u32,
-    pub private_data: [u8; 220],
-}
-
-impl Default for Dreq {
-    fn default() -> Self {
-        Self {
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            remote_qpn: 0,
-            private_data: [0; 220],
-        }
+cm_message! {
+    /// A DREQ: the message that starts a connection's disconnection.
+    pub struct Dreq: attr::DREQ, Table 112 {
+        local_comm_id: u32 { CM_DREQ_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_DREQ_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        /// 24 bits. The receiver's QPN; the kernel drops a DREQ whose value differs from its
+        /// local QPN.
+        remote_qpn: u32 { CM_DREQ_REMOTE_QPN_EECN: Field = Field::new(8, 24) },
+        private_data: [u8; 220] { CM_DREQ_PRIVATE_DATA: FieldBytes<220> = FieldBytes::new(12) },
     }
-}
-
-impl Dreq {
     /// Encodes as `cm_format_dreq()` does; values wider than their field are truncated.
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::DREQ, tid, 0);
-        CM_DREQ_LOCAL_COMM_ID.set(&mut mad, self.local_comm_id);
-        CM_DREQ_REMOTE_COMM_ID.set(&mut mad, self.remote_comm_id);
-        CM_DREQ_REMOTE_QPN_EECN.set(&mut mad, self.remote_qpn);
-        CM_DREQ_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(Self {
-            local_comm_id: CM_DREQ_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_DREQ_REMOTE_COMM_ID.get(mad),
-            remote_qpn: CM_DREQ_REMOTE_QPN_EECN.get(mad),
-            private_data: CM_DREQ_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64) -> Mad;
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

@@ -121,6 +121,7 @@ pub struct Field64 {
 }
 
 impl Field64 {
+    /// `CM_FIELD64_LOC(struct, cm_offset, 64)`; the offset must be 4-byte aligned.
     pub const fn new(cm_offset: usize) -> Self {
         assert!(
             cm_offset & 3 == 0,
@@ -133,10 +134,12 @@ impl Field64 {
         Self { cm_offset }
     }
 
+    /// MAD offset of the field's first byte.
     pub const fn mad_offset(&self) -> usize {
         MAD_HDR_SIZE + self.cm_offset
     }
 
+    /// Reads the field (host order).
     #[inline(always)]
     pub fn get(&self, mad: &Mad) -> u64 {
         let at = self.mad_offset();
@@ -145,6 +148,7 @@ impl Field64 {
         u64::from_be_bytes(bytes)
     }
 
+    /// Writes the field, big-endian.
     #[inline(always)]
     pub fn set(&self, mad: &mut Mad, value: u64) {
         let at = self.mad_offset();
@@ -159,6 +163,7 @@ pub struct FieldBytes<const N: usize> {
 }
 
 impl<const N: usize> FieldBytes<N> {
+    /// `CM_FIELD_MLOC(struct, cm_offset, N * 8)`.
     pub const fn new(cm_offset: usize) -> Self {
         assert!(
             MAD_HDR_SIZE + cm_offset + N <= MAD_SIZE,
@@ -172,6 +177,7 @@ impl<const N: usize> FieldBytes<N> {
         MAD_HDR_SIZE + self.cm_offset..MAD_HDR_SIZE + self.cm_offset + N
     }
 
+    /// Copies the field's bytes out.
     #[inline(always)]
     pub fn get(&self, mad: &Mad) -> [u8; N] {
         let mut out = [0; N];
@@ -179,6 +185,7 @@ impl<const N: usize> FieldBytes<N> {
         out
     }
 
+    /// Copies `value` into the field.
     #[inline(always)]
     pub fn set(&self, mad: &mut Mad, value: &[u8; N]) {
         mad[self.mad_range()].copy_from_slice(value);

@@ -4,94 +4,42 @@
 //! removed in 2019. Encoding exists for tests and tools that play the peer.
 
 use super::field::{Field, FieldBytes};
+use super::message::cm_message;
 use super::req::PathFields;
-use super::{DecodeError, Mad, ReqPath, attr, new_mad};
+use super::{DecodeError, Mad, ReqPath, attr};
 
-pub const CM_LAP_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_LAP_REMOTE_COMM_ID: Field = Field::new(4, 32);
-pub const CM_LAP_REMOTE_QPN_EECN: Field = Field::new(12, 24);
-pub const CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT: Field = Field::new(15, 5);
-pub const CM_LAP_ALTERNATE_LOCAL_PORT_LID: Field = Field::new(20, 16);
-pub const CM_LAP_ALTERNATE_REMOTE_PORT_LID: Field = Field::new(22, 16);
-pub const CM_LAP_ALTERNATE_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(24);
-pub const CM_LAP_ALTERNATE_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(40);
-pub const CM_LAP_ALTERNATE_FLOW_LABEL: Field = Field::new(56, 20);
-pub const CM_LAP_ALTERNATE_TRAFFIC_CLASS: Field = Field::new(59, 8);
-pub const CM_LAP_ALTERNATE_HOP_LIMIT: Field = Field::new(60, 8);
-pub const CM_LAP_ALTERNATE_PACKET_RATE: Field = Field::bits(61, 2, 6);
-pub const CM_LAP_ALTERNATE_SL: Field = Field::new(62, 4);
-pub const CM_LAP_ALTERNATE_SUBNET_LOCAL: Field = Field::bits(62, 4, 1);
-pub const CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT: Field = Field::new(63, 5);
-pub const CM_LAP_PRIVATE_DATA: FieldBytes<168> = FieldBytes::new(64);
-
-/// The alternate path of a LAP: the same fields as a REQ's paths.
-const ALTERNATE: PathFields = PathFields {
-    local_lid: CM_LAP_ALTERNATE_LOCAL_PORT_LID,
-    remote_lid: CM_LAP_ALTERNATE_REMOTE_PORT_LID,
-    local_gid: CM_LAP_ALTERNATE_LOCAL_PORT_GID,
-    remote_gid: CM_LAP_ALTERNATE_REMOTE_PORT_GID,
-    flow_label: CM_LAP_ALTERNATE_FLOW_LABEL,
-    packet_rate: CM_LAP_ALTERNATE_PACKET_RATE,
-    traffic_class: CM_LAP_ALTERNATE_TRAFFIC_CLASS,
-    hop_limit: CM_LAP_ALTERNATE_HOP_LIMIT,
-    sl: CM_LAP_ALTERNATE_SL,
-    subnet_local: CM_LAP_ALTERNATE_SUBNET_LOCAL,
-    local_ack_timeout: CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT,
-};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lap {
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    /// 24 bits: the receiver's QPN (the kernel does not check it).
-    pub remote_qpn: u32,
-    /// 5 bits.
-    pub remote_cm_response_timeout: u8,
-    /// "Local" is the LAP sender's side, as in a REQ.
-    pub alternate_path: ReqPath,
-    pub private_data: [u8; 168],
-}
-
-impl Default for Lap {
-    fn default() -> Self {
-        Self {
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            remote_qpn: 0,
-            remote_cm_response_timeout: 0,
-            alternate_path: ReqPath::default(),
-            private_data: [0; 168],
-        }
+cm_message! {
+    /// A LAP: proposes a new alternate path for an established connection.
+    pub struct Lap: attr::LAP, Table 114 {
+        local_comm_id: u32 { CM_LAP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_LAP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        /// 24 bits: the receiver's QPN (the kernel does not check it).
+        remote_qpn: u32 { CM_LAP_REMOTE_QPN_EECN: Field = Field::new(12, 24) },
+        /// 5 bits.
+        remote_cm_response_timeout: u8 {
+            CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT: Field = Field::new(15, 5)
+        },
+        /// "Local" is the LAP sender's side, as in a REQ: the same fields as a REQ's paths.
+        alternate_path: ReqPath { PathFields {
+            local_lid => CM_LAP_ALTERNATE_LOCAL_PORT_LID: Field = Field::new(20, 16),
+            remote_lid => CM_LAP_ALTERNATE_REMOTE_PORT_LID: Field = Field::new(22, 16),
+            local_gid => CM_LAP_ALTERNATE_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(24),
+            remote_gid => CM_LAP_ALTERNATE_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(40),
+            flow_label => CM_LAP_ALTERNATE_FLOW_LABEL: Field = Field::new(56, 20),
+            traffic_class => CM_LAP_ALTERNATE_TRAFFIC_CLASS: Field = Field::new(59, 8),
+            hop_limit => CM_LAP_ALTERNATE_HOP_LIMIT: Field = Field::new(60, 8),
+            packet_rate => CM_LAP_ALTERNATE_PACKET_RATE: Field = Field::bits(61, 2, 6),
+            sl => CM_LAP_ALTERNATE_SL: Field = Field::new(62, 4),
+            subnet_local => CM_LAP_ALTERNATE_SUBNET_LOCAL: Field = Field::bits(62, 4, 1),
+            local_ack_timeout => CM_LAP_ALTERNATE_LOCAL_ACK_TIMEOUT: Field = Field::new(63, 5),
+        } },
+        private_data: [u8; 168] { CM_LAP_PRIVATE_DATA: FieldBytes<168> = FieldBytes::new(64) },
     }
-}
-
-impl Lap {
     /// Encodes every field as given (what the removed `cm_format_lap()` did);
     /// values wider than their field are truncated.
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::LAP, tid, 0);
-        let m = &mut mad;
-        CM_LAP_LOCAL_COMM_ID.set(m, self.local_comm_id);
-        CM_LAP_REMOTE_COMM_ID.set(m, self.remote_comm_id);
-        CM_LAP_REMOTE_QPN_EECN.set(m, self.remote_qpn);
-        CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT.set(m, self.remote_cm_response_timeout.into());
-        ALTERNATE.set(m, &self.alternate_path);
-        CM_LAP_PRIVATE_DATA.set(m, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already
-    /// accepted. Every bit pattern is a LAP, so this never fails.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(Self {
-            local_comm_id: CM_LAP_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_LAP_REMOTE_COMM_ID.get(mad),
-            remote_qpn: CM_LAP_REMOTE_QPN_EECN.get(mad),
-            remote_cm_response_timeout: CM_LAP_REMOTE_CM_RESPONSE_TIMEOUT.get(mad) as u8,
-            alternate_path: ALTERNATE.get(mad),
-            private_data: CM_LAP_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64) -> Mad;
+    /// Every bit pattern is a LAP, so this never fails.
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

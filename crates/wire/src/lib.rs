@@ -5,6 +5,7 @@
 //! use are zero, as in the kernel's `kzalloc`ed send buffers.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 use std::fmt;
 
@@ -14,6 +15,7 @@ pub mod dreq;
 pub mod errno;
 pub mod field;
 pub mod lap;
+mod message;
 pub mod mra;
 pub mod rej;
 pub mod rep;
@@ -60,17 +62,29 @@ pub const QP1_QKEY: u32 = 0x8001_0000;
 
 /// CM attribute IDs (include/rdma/ib_cm.h, ib_mad.h).
 pub mod attr {
+    /// `IB_MGMT_CLASSPORTINFO_ATTR_ID`: ClassPortInfo, the class's capabilities.
     pub const CLASS_PORT_INFO: u16 = 0x0001;
+    /// `CM_REQ_ATTR_ID`: REQ.
     pub const REQ: u16 = 0x0010;
+    /// `CM_MRA_ATTR_ID`: MRA.
     pub const MRA: u16 = 0x0011;
+    /// `CM_REJ_ATTR_ID`: REJ.
     pub const REJ: u16 = 0x0012;
+    /// `CM_REP_ATTR_ID`: REP.
     pub const REP: u16 = 0x0013;
+    /// `CM_RTU_ATTR_ID`: RTU.
     pub const RTU: u16 = 0x0014;
+    /// `CM_DREQ_ATTR_ID`: DREQ.
     pub const DREQ: u16 = 0x0015;
+    /// `CM_DREP_ATTR_ID`: DREP.
     pub const DREP: u16 = 0x0016;
+    /// `CM_SIDR_REQ_ATTR_ID`: SIDR_REQ.
     pub const SIDR_REQ: u16 = 0x0017;
+    /// `CM_SIDR_REP_ATTR_ID`: SIDR_REP.
     pub const SIDR_REP: u16 = 0x0018;
+    /// `CM_LAP_ATTR_ID`: LAP.
     pub const LAP: u16 = 0x0019;
+    /// `CM_APR_ATTR_ID`: APR.
     pub const APR: u16 = 0x001A;
 
     /// Short name of an attribute ID, for logs; `"unknown"` for anything the CM does not define.
@@ -96,17 +110,23 @@ pub mod attr {
 /// The header fields that vary between CM MADs; the rest are the constants above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MadHeader {
+    /// Transaction ID (MAD bytes 8..16).
     pub tid: u64,
+    /// Attribute ID (bytes 16..18): which message, `attr`.
     pub attr_id: u16,
+    /// Attribute modifier (bytes 20..24); REQ and REP carry ECE in it.
     pub attr_mod: u32,
 }
 
 /// Which message an MRA or REJ refers to (`enum cm_msg_response`, cm_msgs.h); 3 is reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MsgResponse {
+    /// The REQ (`CM_MSG_RESPONSE_REQ`).
     #[default]
     Req = 0,
+    /// The REP (`CM_MSG_RESPONSE_REP`).
     Rep = 1,
+    /// Any other message (`CM_MSG_RESPONSE_OTHER`), e.g. a LAP for an MRA.
     Other = 2,
 }
 
@@ -127,15 +147,22 @@ impl MsgResponse {
 pub enum DecodeError {
     /// Fewer than `MAD_SIZE` bytes.
     Short {
+        /// The buffer's length.
         len: usize,
     },
+    /// The base version is not `BASE_VERSION`; holds the one received.
     BaseVersion(u8),
+    /// The management class is not `MGMT_CLASS_CM`; holds the one received.
     Class(u8),
+    /// The class version is not `CM_CLASS_VERSION`; holds the one received.
     ClassVersion(u8),
+    /// The method is not `METHOD_SEND`; holds the one received.
     Method(u8),
     /// A decoded field holds a reserved or impossible value.
     FieldRange {
+        /// The field's descriptor const, e.g. `"CM_REJ_MESSAGE_REJECTED"`.
         field: &'static str,
+        /// The value received.
         value: u32,
     },
 }

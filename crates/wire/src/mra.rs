@@ -1,60 +1,24 @@
 //! MRA, Message Receipt Acknowledgement (IBTA Vol.1 Table 107, `struct cm_mra_msg`).
 
 use super::field::{Field, FieldBytes};
-use super::{DecodeError, Mad, MsgResponse, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, MsgResponse, attr};
 
-pub const CM_MRA_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_MRA_REMOTE_COMM_ID: Field = Field::new(4, 32);
-pub const CM_MRA_MESSAGE_MRAED: Field = Field::new(8, 2);
-pub const CM_MRA_SERVICE_TIMEOUT: Field = Field::new(9, 5);
-pub const CM_MRA_PRIVATE_DATA: FieldBytes<222> = FieldBytes::new(10);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mra {
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    pub message_mraed: MsgResponse,
-    /// 5 bits, 4.096 µs * 2^value; K7.2 always sends 24.
-    pub service_timeout: u8,
-    pub private_data: [u8; 222],
-}
-
-impl Default for Mra {
-    fn default() -> Self {
-        Self {
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            message_mraed: MsgResponse::Req,
-            service_timeout: 0,
-            private_data: [0; 222],
-        }
+cm_message! {
+    /// An MRA: "your message arrived, the answer will take longer", with the time to wait.
+    pub struct Mra: attr::MRA, Table 107 {
+        local_comm_id: u32 { CM_MRA_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_MRA_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        /// The message acknowledged; decode fails for the reserved value 3.
+        message_mraed: MsgResponse { CM_MRA_MESSAGE_MRAED: Field = Field::new(8, 2) },
+        /// 5 bits, 4.096 µs * 2^value; K7.2 always sends 24.
+        service_timeout: u8 { CM_MRA_SERVICE_TIMEOUT: Field = Field::new(9, 5) },
+        private_data: [u8; 222] { CM_MRA_PRIVATE_DATA: FieldBytes<222> = FieldBytes::new(10) },
     }
-}
-
-impl Mra {
     /// Encodes as `cm_format_mra()` does.
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::MRA, tid, 0);
-        CM_MRA_LOCAL_COMM_ID.set(&mut mad, self.local_comm_id);
-        CM_MRA_REMOTE_COMM_ID.set(&mut mad, self.remote_comm_id);
-        CM_MRA_MESSAGE_MRAED.set(&mut mad, self.message_mraed as u32);
-        CM_MRA_SERVICE_TIMEOUT.set(&mut mad, self.service_timeout.into());
-        CM_MRA_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
+    pub fn encode(&self, tid: u64) -> Mad;
     /// Fails only for the reserved "message MRAed" value 3.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        let mraed = CM_MRA_MESSAGE_MRAED.get(mad);
-        Ok(Self {
-            local_comm_id: CM_MRA_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_MRA_REMOTE_COMM_ID.get(mad),
-            message_mraed: MsgResponse::from_wire("CM_MRA_MESSAGE_MRAED", mraed)?,
-            service_timeout: CM_MRA_SERVICE_TIMEOUT.get(mad) as u8,
-            private_data: CM_MRA_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

@@ -1,82 +1,32 @@
 //! REJ, Reject (IBTA Vol.1 Table 108, `struct cm_rej_msg`).
 
 use super::field::{Field, FieldBytes};
-use super::{DecodeError, Mad, MsgResponse, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, MsgResponse, attr};
 
-pub const CM_REJ_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_REJ_REMOTE_COMM_ID: Field = Field::new(4, 32);
-pub const CM_REJ_MESSAGE_REJECTED: Field = Field::new(8, 2);
-pub const CM_REJ_REJECTED_INFO_LENGTH: Field = Field::new(9, 7);
-pub const CM_REJ_REASON: Field = Field::new(10, 16);
-/// Additional Rejection Information (`IB_CM_REJ_ARI_LENGTH` = 72).
-pub const CM_REJ_ARI: FieldBytes<72> = FieldBytes::new(12);
-pub const CM_REJ_PRIVATE_DATA: FieldBytes<148> = FieldBytes::new(84);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rej {
-    /// Zero when the kernel rejects a REQ from REQ_RCVD (`cm_format_rej`).
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    pub message_rejected: MsgResponse,
-    /// Valid bytes of `ari`, 0..=72 (7-bit field).
-    pub rejected_info_length: u8,
-    /// `enum ib_cm_rej_reason`.
-    pub reason: u16,
-    pub ari: [u8; 72],
-    pub private_data: [u8; 148],
-}
-
-impl Default for Rej {
-    fn default() -> Self {
-        Self {
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            message_rejected: MsgResponse::Req,
-            rejected_info_length: 0,
-            reason: 0,
-            ari: [0; 72],
-            private_data: [0; 148],
-        }
+cm_message! {
+    /// A REJ: ends a connection attempt; `message_rejected` says at which message.
+    pub struct Rej: attr::REJ, Table 108 {
+        /// Zero when the kernel rejects a REQ from REQ_RCVD (`cm_format_rej`).
+        local_comm_id: u32 { CM_REJ_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_REJ_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        /// The message rejected; decode fails for the reserved value 3.
+        message_rejected: MsgResponse { CM_REJ_MESSAGE_REJECTED: Field = Field::new(8, 2) },
+        /// Valid bytes of `ari`, 0..=72 (7-bit field).
+        rejected_info_length: u8 {
+            CM_REJ_REJECTED_INFO_LENGTH: Field = Field::new(9, 7), max 72
+        },
+        /// `enum ib_cm_rej_reason`.
+        reason: u16 { CM_REJ_REASON: Field = Field::new(10, 16) },
+        /// Additional Rejection Information (`IB_CM_REJ_ARI_LENGTH` = 72).
+        ari: [u8; 72] { CM_REJ_ARI: FieldBytes<72> = FieldBytes::new(12) },
+        private_data: [u8; 148] { CM_REJ_PRIVATE_DATA: FieldBytes<148> = FieldBytes::new(84) },
     }
-}
-
-impl Rej {
     /// Encodes as `cm_format_rej()` does.
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::REJ, tid, 0);
-        CM_REJ_LOCAL_COMM_ID.set(&mut mad, self.local_comm_id);
-        CM_REJ_REMOTE_COMM_ID.set(&mut mad, self.remote_comm_id);
-        CM_REJ_MESSAGE_REJECTED.set(&mut mad, self.message_rejected as u32);
-        CM_REJ_REJECTED_INFO_LENGTH.set(&mut mad, self.rejected_info_length.into());
-        CM_REJ_REASON.set(&mut mad, self.reason.into());
-        CM_REJ_ARI.set(&mut mad, &self.ari);
-        CM_REJ_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
+    pub fn encode(&self, tid: u64) -> Mad;
     /// Fails for "message rejected" 3 (reserved) and an ARI length beyond the 72-byte ARI field,
     /// which a consumer would otherwise use to index past `ari`.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        let rejected = CM_REJ_MESSAGE_REJECTED.get(mad);
-        let info_length = CM_REJ_REJECTED_INFO_LENGTH.get(mad);
-        if info_length > 72 {
-            let field = "CM_REJ_REJECTED_INFO_LENGTH";
-            return Err(DecodeError::FieldRange {
-                field,
-                value: info_length,
-            });
-        }
-        Ok(Self {
-            local_comm_id: CM_REJ_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_REJ_REMOTE_COMM_ID.get(mad),
-            message_rejected: MsgResponse::from_wire("CM_REJ_MESSAGE_REJECTED", rejected)?,
-            rejected_info_length: info_length as u8,
-            reason: CM_REJ_REASON.get(mad) as u16,
-            ari: CM_REJ_ARI.get(mad),
-            private_data: CM_REJ_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

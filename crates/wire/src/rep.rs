@@ -1,134 +1,55 @@
 //! REP, Reply to request for communication (IBTA Vol.1 Table 110, `struct cm_rep_msg`).
 
 use super::field::{Field, Field64, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, attr};
 
-pub const CM_REP_LOCAL_COMM_ID: Field = Field::new(0, 32);
-pub const CM_REP_REMOTE_COMM_ID: Field = Field::new(4, 32);
-pub const CM_REP_LOCAL_Q_KEY: Field = Field::new(8, 32);
-pub const CM_REP_LOCAL_QPN: Field = Field::new(12, 24);
-/// ECE vendor ID bits 23..16; the three vendor bytes fill the reserved bytes after 24-bit fields.
-pub const CM_REP_VENDOR_ID_H: Field = Field::new(15, 8);
-pub const CM_REP_LOCAL_EE_CONTEXT_NUMBER: Field = Field::new(16, 24);
-pub const CM_REP_VENDOR_ID_M: Field = Field::new(19, 8);
-pub const CM_REP_STARTING_PSN: Field = Field::new(20, 24);
-pub const CM_REP_VENDOR_ID_L: Field = Field::new(23, 8);
-pub const CM_REP_RESPONDER_RESOURCES: Field = Field::new(24, 8);
-pub const CM_REP_INITIATOR_DEPTH: Field = Field::new(25, 8);
-pub const CM_REP_TARGET_ACK_DELAY: Field = Field::new(26, 5);
-pub const CM_REP_FAILOVER_ACCEPTED: Field = Field::bits(26, 5, 2);
-pub const CM_REP_END_TO_END_FLOW_CONTROL: Field = Field::bits(26, 7, 1);
-pub const CM_REP_RNR_RETRY_COUNT: Field = Field::new(27, 3);
-pub const CM_REP_SRQ: Field = Field::bits(27, 3, 1);
-pub const CM_REP_LOCAL_CA_GUID: Field64 = Field64::new(28);
-pub const CM_REP_PRIVATE_DATA: FieldBytes<196> = FieldBytes::new(36);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rep {
-    /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
-    pub attr_mod: u32,
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    /// The kernel never sets it (`cm_format_rep`).
-    pub local_qkey: u32,
-    /// 24 bits.
-    pub local_qpn: u32,
-    /// ECE vendor ID, 24 bits, split over `CM_REP_VENDOR_ID_H/M/L`.
-    pub vendor_id: u32,
-    /// `CM_REP_LOCAL_EE_CONTEXT_NUMBER`, 24 bits; holds the QPN for XRC_TGT.
-    pub local_eecn: u32,
-    /// 24 bits.
-    pub starting_psn: u32,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    /// 5 bits.
-    pub target_ack_delay: u8,
-    /// 2 bits.
-    pub failover_accepted: u8,
-    pub end_to_end_flow_control: bool,
-    /// 3 bits.
-    pub rnr_retry_count: u8,
-    pub srq: bool,
-    pub local_ca_guid: u64,
-    pub private_data: [u8; 196],
-}
-
-impl Default for Rep {
-    fn default() -> Self {
-        Self {
-            attr_mod: 0,
-            local_comm_id: 0,
-            remote_comm_id: 0,
-            local_qkey: 0,
-            local_qpn: 0,
-            vendor_id: 0,
-            local_eecn: 0,
-            starting_psn: 0,
-            responder_resources: 0,
-            initiator_depth: 0,
-            target_ack_delay: 0,
-            failover_accepted: 0,
-            end_to_end_flow_control: false,
-            rnr_retry_count: 0,
-            srq: false,
-            local_ca_guid: 0,
-            private_data: [0; 196],
-        }
+cm_message! {
+    /// A REP: the passive side's acceptance of a REQ.
+    pub struct Rep: attr::REP, Table 110 {
+        /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
+        attr_mod: u32 { header attr_mod },
+        local_comm_id: u32 { CM_REP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        remote_comm_id: u32 { CM_REP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
+        /// The kernel never sets it (`cm_format_rep`).
+        local_qkey: u32 { CM_REP_LOCAL_Q_KEY: Field = Field::new(8, 32) },
+        /// 24 bits.
+        local_qpn: u32 { CM_REP_LOCAL_QPN: Field = Field::new(12, 24) },
+        /// ECE vendor ID, 24 bits, split over `CM_REP_VENDOR_ID_H/M/L`.
+        vendor_id: u32 {
+            split
+            /// ECE vendor ID bits 23..16; the three vendor bytes fill the reserved bytes after
+            /// 24-bit fields.
+            >> 16 CM_REP_VENDOR_ID_H: Field = Field::new(15, 8),
+            >> 8 CM_REP_VENDOR_ID_M: Field = Field::new(19, 8),
+            >> 0 CM_REP_VENDOR_ID_L: Field = Field::new(23, 8),
+        },
+        /// `CM_REP_LOCAL_EE_CONTEXT_NUMBER`, 24 bits; holds the QPN for XRC_TGT.
+        local_eecn: u32 { CM_REP_LOCAL_EE_CONTEXT_NUMBER: Field = Field::new(16, 24) },
+        /// 24 bits.
+        starting_psn: u32 { CM_REP_STARTING_PSN: Field = Field::new(20, 24) },
+        /// RDMA reads and atomics the sender accepts at once.
+        responder_resources: u8 { CM_REP_RESPONDER_RESOURCES: Field = Field::new(24, 8) },
+        /// RDMA reads and atomics the sender issues at once.
+        initiator_depth: u8 { CM_REP_INITIATOR_DEPTH: Field = Field::new(25, 8) },
+        /// 5 bits.
+        target_ack_delay: u8 { CM_REP_TARGET_ACK_DELAY: Field = Field::new(26, 5) },
+        /// 2 bits.
+        failover_accepted: u8 { CM_REP_FAILOVER_ACCEPTED: Field = Field::bits(26, 5, 2) },
+        end_to_end_flow_control: bool {
+            CM_REP_END_TO_END_FLOW_CONTROL: Field = Field::bits(26, 7, 1)
+        },
+        /// 3 bits.
+        rnr_retry_count: u8 { CM_REP_RNR_RETRY_COUNT: Field = Field::new(27, 3) },
+        srq: bool { CM_REP_SRQ: Field = Field::bits(27, 3, 1) },
+        /// The sender's CA GUID.
+        local_ca_guid: u64 { CM_REP_LOCAL_CA_GUID: Field64 = Field64::new(28) },
+        private_data: [u8; 196] { CM_REP_PRIVATE_DATA: FieldBytes<196> = FieldBytes::new(36) },
     }
-}
-
-impl Rep {
     /// Encodes as `cm_format_rep()` does.
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::REP, tid, self.attr_mod);
-        let m = &mut mad;
-        CM_REP_LOCAL_COMM_ID.set(m, self.local_comm_id);
-        CM_REP_REMOTE_COMM_ID.set(m, self.remote_comm_id);
-        CM_REP_LOCAL_Q_KEY.set(m, self.local_qkey);
-        CM_REP_LOCAL_QPN.set(m, self.local_qpn);
-        CM_REP_VENDOR_ID_H.set(m, self.vendor_id >> 16);
-        CM_REP_LOCAL_EE_CONTEXT_NUMBER.set(m, self.local_eecn);
-        CM_REP_VENDOR_ID_M.set(m, self.vendor_id >> 8);
-        CM_REP_STARTING_PSN.set(m, self.starting_psn);
-        CM_REP_VENDOR_ID_L.set(m, self.vendor_id);
-        CM_REP_RESPONDER_RESOURCES.set(m, self.responder_resources.into());
-        CM_REP_INITIATOR_DEPTH.set(m, self.initiator_depth.into());
-        CM_REP_TARGET_ACK_DELAY.set(m, self.target_ack_delay.into());
-        CM_REP_FAILOVER_ACCEPTED.set(m, self.failover_accepted.into());
-        CM_REP_END_TO_END_FLOW_CONTROL.set(m, self.end_to_end_flow_control.into());
-        CM_REP_RNR_RETRY_COUNT.set(m, self.rnr_retry_count.into());
-        CM_REP_SRQ.set(m, self.srq.into());
-        CM_REP_LOCAL_CA_GUID.set(m, self.local_ca_guid);
-        CM_REP_PRIVATE_DATA.set(m, &self.private_data);
-        mad
-    }
-
-    /// Decodes a MAD whose header `parse_header` already accepted (the attribute modifier is
-    /// read from the header too, for ECE).
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        let byte = |f: Field| f.get(mad) as u8;
-        Ok(Self {
-            attr_mod: u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]),
-            local_comm_id: CM_REP_LOCAL_COMM_ID.get(mad),
-            remote_comm_id: CM_REP_REMOTE_COMM_ID.get(mad),
-            local_qkey: CM_REP_LOCAL_Q_KEY.get(mad),
-            local_qpn: CM_REP_LOCAL_QPN.get(mad),
-            vendor_id: (CM_REP_VENDOR_ID_H.get(mad) << 16)
-                | (CM_REP_VENDOR_ID_M.get(mad) << 8)
-                | CM_REP_VENDOR_ID_L.get(mad),
-            local_eecn: CM_REP_LOCAL_EE_CONTEXT_NUMBER.get(mad),
-            starting_psn: CM_REP_STARTING_PSN.get(mad),
-            responder_resources: byte(CM_REP_RESPONDER_RESOURCES),
-            initiator_depth: byte(CM_REP_INITIATOR_DEPTH),
-            target_ack_delay: byte(CM_REP_TARGET_ACK_DELAY),
-            failover_accepted: byte(CM_REP_FAILOVER_ACCEPTED),
-            end_to_end_flow_control: CM_REP_END_TO_END_FLOW_CONTROL.get(mad) != 0,
-            rnr_retry_count: byte(CM_REP_RNR_RETRY_COUNT),
-            srq: CM_REP_SRQ.get(mad) != 0,
-            local_ca_guid: CM_REP_LOCAL_CA_GUID.get(mad),
-            private_data: CM_REP_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64) -> Mad;
+    /// The attribute modifier is read from the header too, for ECE.
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

@@ -1,81 +1,150 @@
 //! REQ, Request for communication (IBTA Vol.1 Table 106, `struct cm_req_msg`).
 
 use super::field::{Field, Field64, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::{WireValue, cm_message};
+use super::{DecodeError, Mad, attr};
 
-pub const CM_REQ_LOCAL_COMM_ID: Field = Field::new(0, 32);
-/// ECE vendor ID, in the 24 bits after the reserved byte 4.
-pub const CM_REQ_VENDOR_ID: Field = Field::new(5, 24);
-pub const CM_REQ_SERVICE_ID: Field64 = Field64::new(8);
-pub const CM_REQ_LOCAL_CA_GUID: Field64 = Field64::new(16);
-pub const CM_REQ_LOCAL_Q_KEY: Field = Field::new(28, 32);
-pub const CM_REQ_LOCAL_QPN: Field = Field::new(32, 24);
-pub const CM_REQ_RESPONDER_RESOURCES: Field = Field::new(35, 8);
-pub const CM_REQ_LOCAL_EECN: Field = Field::new(36, 24);
-pub const CM_REQ_INITIATOR_DEPTH: Field = Field::new(39, 8);
-pub const CM_REQ_REMOTE_EECN: Field = Field::new(40, 24);
-pub const CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT: Field = Field::new(43, 5);
-pub const CM_REQ_TRANSPORT_SERVICE_TYPE: Field = Field::bits(43, 5, 2);
-pub const CM_REQ_END_TO_END_FLOW_CONTROL: Field = Field::bits(43, 7, 1);
-pub const CM_REQ_STARTING_PSN: Field = Field::new(44, 24);
-pub const CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT: Field = Field::new(47, 5);
-pub const CM_REQ_RETRY_COUNT: Field = Field::bits(47, 5, 3);
-pub const CM_REQ_PARTITION_KEY: Field = Field::new(48, 16);
-pub const CM_REQ_PATH_PACKET_PAYLOAD_MTU: Field = Field::new(50, 4);
-pub const CM_REQ_RDC_EXISTS: Field = Field::bits(50, 4, 1);
-pub const CM_REQ_RNR_RETRY_COUNT: Field = Field::bits(50, 5, 3);
-pub const CM_REQ_MAX_CM_RETRIES: Field = Field::new(51, 4);
-pub const CM_REQ_SRQ: Field = Field::bits(51, 4, 1);
-pub const CM_REQ_EXTENDED_TRANSPORT_TYPE: Field = Field::bits(51, 5, 3);
-pub const CM_REQ_PRIMARY_LOCAL_PORT_LID: Field = Field::new(52, 16);
-pub const CM_REQ_PRIMARY_REMOTE_PORT_LID: Field = Field::new(54, 16);
-pub const CM_REQ_PRIMARY_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(56);
-pub const CM_REQ_PRIMARY_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(72);
-pub const CM_REQ_PRIMARY_FLOW_LABEL: Field = Field::new(88, 20);
-pub const CM_REQ_PRIMARY_PACKET_RATE: Field = Field::bits(91, 2, 6);
-pub const CM_REQ_PRIMARY_TRAFFIC_CLASS: Field = Field::new(92, 8);
-pub const CM_REQ_PRIMARY_HOP_LIMIT: Field = Field::new(93, 8);
-pub const CM_REQ_PRIMARY_SL: Field = Field::new(94, 4);
-pub const CM_REQ_PRIMARY_SUBNET_LOCAL: Field = Field::bits(94, 4, 1);
-pub const CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT: Field = Field::new(95, 5);
-pub const CM_REQ_ALTERNATE_LOCAL_PORT_LID: Field = Field::new(96, 16);
-pub const CM_REQ_ALTERNATE_REMOTE_PORT_LID: Field = Field::new(98, 16);
-pub const CM_REQ_ALTERNATE_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(100);
-pub const CM_REQ_ALTERNATE_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(116);
-pub const CM_REQ_ALTERNATE_FLOW_LABEL: Field = Field::new(132, 20);
-pub const CM_REQ_ALTERNATE_PACKET_RATE: Field = Field::bits(135, 2, 6);
-pub const CM_REQ_ALTERNATE_TRAFFIC_CLASS: Field = Field::new(136, 8);
-pub const CM_REQ_ALTERNATE_HOP_LIMIT: Field = Field::new(137, 8);
-pub const CM_REQ_ALTERNATE_SL: Field = Field::new(138, 4);
-pub const CM_REQ_ALTERNATE_SUBNET_LOCAL: Field = Field::bits(138, 4, 1);
-pub const CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT: Field = Field::new(139, 5);
-pub const CM_REQ_SAP_SUPPORTED: Field = Field::bits(139, 5, 1);
-pub const CM_REQ_PRIVATE_DATA: FieldBytes<92> = FieldBytes::new(140);
+cm_message! {
+    /// Every field of Table 106. Widths below 8/16/32 bits are noted; encode truncates wider values.
+    pub struct Req: attr::REQ, Table 106 {
+        /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
+        attr_mod: u32 { header attr_mod },
+        local_comm_id: u32 { CM_REQ_LOCAL_COMM_ID: Field = Field::new(0, 32) },
+        /// ECE vendor ID, in the 24 bits after the reserved byte 4.
+        vendor_id: u32 { CM_REQ_VENDOR_ID: Field = Field::new(5, 24) },
+        /// The service the REQ connects to.
+        service_id: u64 { CM_REQ_SERVICE_ID: Field64 = Field64::new(8) },
+        /// The sender's CA GUID.
+        local_ca_guid: u64 { CM_REQ_LOCAL_CA_GUID: Field64 = Field64::new(16) },
+        local_qkey: u32 { CM_REQ_LOCAL_Q_KEY: Field = Field::new(28, 32) },
+        /// 24 bits.
+        local_qpn: u32 { CM_REQ_LOCAL_QPN: Field = Field::new(32, 24) },
+        /// RDMA reads and atomics the sender accepts at once.
+        responder_resources: u8 { CM_REQ_RESPONDER_RESOURCES: Field = Field::new(35, 8) },
+        /// 24 bits.
+        local_eecn: u32 { CM_REQ_LOCAL_EECN: Field = Field::new(36, 24) },
+        /// RDMA reads and atomics the sender issues at once.
+        initiator_depth: u8 { CM_REQ_INITIATOR_DEPTH: Field = Field::new(39, 8) },
+        /// 24 bits.
+        remote_eecn: u32 { CM_REQ_REMOTE_EECN: Field = Field::new(40, 24) },
+        /// 5 bits.
+        remote_cm_response_timeout: u8 {
+            CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT: Field = Field::new(43, 5)
+        },
+        /// Decode fails for the reserved value 2.
+        transport_service_type: TransportType {
+            CM_REQ_TRANSPORT_SERVICE_TYPE: Field = Field::bits(43, 5, 2)
+        },
+        end_to_end_flow_control: bool {
+            CM_REQ_END_TO_END_FLOW_CONTROL: Field = Field::bits(43, 7, 1)
+        },
+        /// 24 bits.
+        starting_psn: u32 { CM_REQ_STARTING_PSN: Field = Field::new(44, 24) },
+        /// 5 bits.
+        local_cm_response_timeout: u8 {
+            CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT: Field = Field::new(47, 5)
+        },
+        /// 3 bits.
+        retry_count: u8 { CM_REQ_RETRY_COUNT: Field = Field::bits(47, 5, 3) },
+        /// The partition key.
+        pkey: u16 { CM_REQ_PARTITION_KEY: Field = Field::new(48, 16) },
+        /// 4 bits, `enum ib_mtu` (3 = 1024).
+        path_mtu: u8 { CM_REQ_PATH_PACKET_PAYLOAD_MTU: Field = Field::new(50, 4) },
+        rdc_exists: bool { CM_REQ_RDC_EXISTS: Field = Field::bits(50, 4, 1) },
+        /// 3 bits.
+        rnr_retry_count: u8 { CM_REQ_RNR_RETRY_COUNT: Field = Field::bits(50, 5, 3) },
+        /// 4 bits.
+        max_cm_retries: u8 { CM_REQ_MAX_CM_RETRIES: Field = Field::new(51, 4) },
+        srq: bool { CM_REQ_SRQ: Field = Field::bits(51, 4, 1) },
+        /// 3 bits.
+        extended_transport_type: u8 {
+            CM_REQ_EXTENDED_TRANSPORT_TYPE: Field = Field::bits(51, 5, 3)
+        },
+        /// The primary path.
+        primary_path: ReqPath { PathFields {
+            local_lid => CM_REQ_PRIMARY_LOCAL_PORT_LID: Field = Field::new(52, 16),
+            remote_lid => CM_REQ_PRIMARY_REMOTE_PORT_LID: Field = Field::new(54, 16),
+            local_gid => CM_REQ_PRIMARY_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(56),
+            remote_gid => CM_REQ_PRIMARY_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(72),
+            flow_label => CM_REQ_PRIMARY_FLOW_LABEL: Field = Field::new(88, 20),
+            packet_rate => CM_REQ_PRIMARY_PACKET_RATE: Field = Field::bits(91, 2, 6),
+            traffic_class => CM_REQ_PRIMARY_TRAFFIC_CLASS: Field = Field::new(92, 8),
+            hop_limit => CM_REQ_PRIMARY_HOP_LIMIT: Field = Field::new(93, 8),
+            sl => CM_REQ_PRIMARY_SL: Field = Field::new(94, 4),
+            subnet_local => CM_REQ_PRIMARY_SUBNET_LOCAL: Field = Field::bits(94, 4, 1),
+            local_ack_timeout => CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT: Field = Field::new(95, 5),
+        } },
+        /// The alternate path; all zero when there is none.
+        alternate_path: ReqPath { PathFields {
+            local_lid => CM_REQ_ALTERNATE_LOCAL_PORT_LID: Field = Field::new(96, 16),
+            remote_lid => CM_REQ_ALTERNATE_REMOTE_PORT_LID: Field = Field::new(98, 16),
+            local_gid => CM_REQ_ALTERNATE_LOCAL_PORT_GID: FieldBytes<16> = FieldBytes::new(100),
+            remote_gid => CM_REQ_ALTERNATE_REMOTE_PORT_GID: FieldBytes<16> = FieldBytes::new(116),
+            flow_label => CM_REQ_ALTERNATE_FLOW_LABEL: Field = Field::new(132, 20),
+            packet_rate => CM_REQ_ALTERNATE_PACKET_RATE: Field = Field::bits(135, 2, 6),
+            traffic_class => CM_REQ_ALTERNATE_TRAFFIC_CLASS: Field = Field::new(136, 8),
+            hop_limit => CM_REQ_ALTERNATE_HOP_LIMIT: Field = Field::new(137, 8),
+            sl => CM_REQ_ALTERNATE_SL: Field = Field::new(138, 4),
+            subnet_local => CM_REQ_ALTERNATE_SUBNET_LOCAL: Field = Field::bits(138, 4, 1),
+            local_ack_timeout => CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT: Field = Field::new(139, 5),
+        } },
+        sap_supported: bool { CM_REQ_SAP_SUPPORTED: Field = Field::bits(139, 5, 1) },
+        private_data: [u8; 92] { CM_REQ_PRIVATE_DATA: FieldBytes<92> = FieldBytes::new(140) },
+    }
+    /// Encodes every field as given (the kernel's `cm_format_req` leaves some at zero).
+    pub fn encode(&self, tid: u64) -> Mad;
+    /// The attribute modifier is read from the header too, for ECE. Fails only for the reserved
+    /// transport type 2.
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
+}
 
 /// REQ Transport Service Type (cm_msgs.h); 2 is reserved. XRC is 3 with extended type 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TransportType {
+    /// Reliable Connected.
     #[default]
     Rc = 0,
+    /// Unreliable Connected.
     Uc = 1,
+    /// eXtended Reliable Connected.
     Xrc = 3,
+}
+
+impl TransportType {
+    /// Decodes the 2-bit wire value; fails for the reserved 2. `field` names the field for the
+    /// error.
+    pub(crate) fn from_wire(field: &'static str, value: u32) -> Result<Self, DecodeError> {
+        match value {
+            0 => Ok(Self::Rc),
+            1 => Ok(Self::Uc),
+            3 => Ok(Self::Xrc),
+            _ => Err(DecodeError::FieldRange { field, value }),
+        }
+    }
 }
 
 /// One path of a REQ: the primary and alternate paths have the same fields at different offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReqPath {
+    /// The sender's port LID.
     pub local_lid: u16,
+    /// The receiver's port LID.
     pub remote_lid: u16,
+    /// The sender's port GID.
     pub local_gid: [u8; 16],
+    /// The receiver's port GID.
     pub remote_gid: [u8; 16],
     /// 20 bits.
     pub flow_label: u32,
     /// 6 bits, `enum ib_rate`.
     pub packet_rate: u8,
+    /// The GRH traffic class.
     pub traffic_class: u8,
+    /// The GRH hop limit.
     pub hop_limit: u8,
     /// 4 bits.
     pub sl: u8,
+    /// Whether the path stays in the sender's subnet.
     pub subnet_local: bool,
     /// 5 bits.
     pub local_ack_timeout: u8,
@@ -97,229 +166,38 @@ pub(super) struct PathFields {
     pub(super) local_ack_timeout: Field,
 }
 
-const PRIMARY: PathFields = PathFields {
-    local_lid: CM_REQ_PRIMARY_LOCAL_PORT_LID,
-    remote_lid: CM_REQ_PRIMARY_REMOTE_PORT_LID,
-    local_gid: CM_REQ_PRIMARY_LOCAL_PORT_GID,
-    remote_gid: CM_REQ_PRIMARY_REMOTE_PORT_GID,
-    flow_label: CM_REQ_PRIMARY_FLOW_LABEL,
-    packet_rate: CM_REQ_PRIMARY_PACKET_RATE,
-    traffic_class: CM_REQ_PRIMARY_TRAFFIC_CLASS,
-    hop_limit: CM_REQ_PRIMARY_HOP_LIMIT,
-    sl: CM_REQ_PRIMARY_SL,
-    subnet_local: CM_REQ_PRIMARY_SUBNET_LOCAL,
-    local_ack_timeout: CM_REQ_PRIMARY_LOCAL_ACK_TIMEOUT,
-};
-
-const ALTERNATE: PathFields = PathFields {
-    local_lid: CM_REQ_ALTERNATE_LOCAL_PORT_LID,
-    remote_lid: CM_REQ_ALTERNATE_REMOTE_PORT_LID,
-    local_gid: CM_REQ_ALTERNATE_LOCAL_PORT_GID,
-    remote_gid: CM_REQ_ALTERNATE_REMOTE_PORT_GID,
-    flow_label: CM_REQ_ALTERNATE_FLOW_LABEL,
-    packet_rate: CM_REQ_ALTERNATE_PACKET_RATE,
-    traffic_class: CM_REQ_ALTERNATE_TRAFFIC_CLASS,
-    hop_limit: CM_REQ_ALTERNATE_HOP_LIMIT,
-    sl: CM_REQ_ALTERNATE_SL,
-    subnet_local: CM_REQ_ALTERNATE_SUBNET_LOCAL,
-    local_ack_timeout: CM_REQ_ALTERNATE_LOCAL_ACK_TIMEOUT,
-};
-
-// Inlined, like `Field`'s accessors: with `PRIMARY` or `ALTERNATE` known at
+// Inlined, like `Field`'s accessors: with the path's descriptors consts at
 // the call, every offset and mask is a constant.
-impl PathFields {
+impl WireValue<PathFields> for ReqPath {
     #[inline(always)]
-    pub(super) fn set(&self, mad: &mut Mad, path: &ReqPath) {
-        self.local_lid.set(mad, path.local_lid.into());
-        self.remote_lid.set(mad, path.remote_lid.into());
-        self.local_gid.set(mad, &path.local_gid);
-        self.remote_gid.set(mad, &path.remote_gid);
-        self.flow_label.set(mad, path.flow_label);
-        self.packet_rate.set(mad, path.packet_rate.into());
-        self.traffic_class.set(mad, path.traffic_class.into());
-        self.hop_limit.set(mad, path.hop_limit.into());
-        self.sl.set(mad, path.sl.into());
-        self.subnet_local.set(mad, path.subnet_local.into());
-        self.local_ack_timeout
-            .set(mad, path.local_ack_timeout.into());
+    fn put(&self, d: &PathFields, mad: &mut Mad) {
+        self.local_lid.put(&d.local_lid, mad);
+        self.remote_lid.put(&d.remote_lid, mad);
+        self.local_gid.put(&d.local_gid, mad);
+        self.remote_gid.put(&d.remote_gid, mad);
+        self.flow_label.put(&d.flow_label, mad);
+        self.packet_rate.put(&d.packet_rate, mad);
+        self.traffic_class.put(&d.traffic_class, mad);
+        self.hop_limit.put(&d.hop_limit, mad);
+        self.sl.put(&d.sl, mad);
+        self.subnet_local.put(&d.subnet_local, mad);
+        self.local_ack_timeout.put(&d.local_ack_timeout, mad);
     }
 
     #[inline(always)]
-    pub(super) fn get(&self, mad: &Mad) -> ReqPath {
-        ReqPath {
-            local_lid: self.local_lid.get(mad) as u16,
-            remote_lid: self.remote_lid.get(mad) as u16,
-            local_gid: self.local_gid.get(mad),
-            remote_gid: self.remote_gid.get(mad),
-            flow_label: self.flow_label.get(mad),
-            packet_rate: self.packet_rate.get(mad) as u8,
-            traffic_class: self.traffic_class.get(mad) as u8,
-            hop_limit: self.hop_limit.get(mad) as u8,
-            sl: self.sl.get(mad) as u8,
-            subnet_local: self.subnet_local.get(mad) != 0,
-            local_ack_timeout: self.local_ack_timeout.get(mad) as u8,
-        }
-    }
-}
-
-/// Every field of Table 106. Widths below 8/16/32 bits are noted; encode truncates wider values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Req {
-    /// MAD attribute modifier; carries `ece.attr_mod` (`cm_format_mad_ece_hdr`).
-    pub attr_mod: u32,
-    pub local_comm_id: u32,
-    /// 24 bits (ECE).
-    pub vendor_id: u32,
-    pub service_id: u64,
-    pub local_ca_guid: u64,
-    pub local_qkey: u32,
-    /// 24 bits.
-    pub local_qpn: u32,
-    pub responder_resources: u8,
-    /// 24 bits.
-    pub local_eecn: u32,
-    pub initiator_depth: u8,
-    /// 24 bits.
-    pub remote_eecn: u32,
-    /// 5 bits.
-    pub remote_cm_response_timeout: u8,
-    pub transport_service_type: TransportType,
-    pub end_to_end_flow_control: bool,
-    /// 24 bits.
-    pub starting_psn: u32,
-    /// 5 bits.
-    pub local_cm_response_timeout: u8,
-    /// 3 bits.
-    pub retry_count: u8,
-    pub pkey: u16,
-    /// 4 bits, `enum ib_mtu` (3 = 1024).
-    pub path_mtu: u8,
-    pub rdc_exists: bool,
-    /// 3 bits.
-    pub rnr_retry_count: u8,
-    /// 4 bits.
-    pub max_cm_retries: u8,
-    pub srq: bool,
-    /// 3 bits.
-    pub extended_transport_type: u8,
-    pub primary_path: ReqPath,
-    pub alternate_path: ReqPath,
-    pub sap_supported: bool,
-    pub private_data: [u8; 92],
-}
-
-impl Default for Req {
-    fn default() -> Self {
-        Self {
-            attr_mod: 0,
-            local_comm_id: 0,
-            vendor_id: 0,
-            service_id: 0,
-            local_ca_guid: 0,
-            local_qkey: 0,
-            local_qpn: 0,
-            responder_resources: 0,
-            local_eecn: 0,
-            initiator_depth: 0,
-            remote_eecn: 0,
-            remote_cm_response_timeout: 0,
-            transport_service_type: TransportType::Rc,
-            end_to_end_flow_control: false,
-            starting_psn: 0,
-            local_cm_response_timeout: 0,
-            retry_count: 0,
-            pkey: 0,
-            path_mtu: 0,
-            rdc_exists: false,
-            rnr_retry_count: 0,
-            max_cm_retries: 0,
-            srq: false,
-            extended_transport_type: 0,
-            primary_path: ReqPath::default(),
-            alternate_path: ReqPath::default(),
-            sap_supported: false,
-            private_data: [0; 92],
-        }
-    }
-}
-
-impl Req {
-    /// Encodes every field as given (the kernel's `cm_format_req` leaves some at zero).
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::REQ, tid, self.attr_mod);
-        let m = &mut mad;
-        CM_REQ_LOCAL_COMM_ID.set(m, self.local_comm_id);
-        CM_REQ_VENDOR_ID.set(m, self.vendor_id);
-        CM_REQ_SERVICE_ID.set(m, self.service_id);
-        CM_REQ_LOCAL_CA_GUID.set(m, self.local_ca_guid);
-        CM_REQ_LOCAL_Q_KEY.set(m, self.local_qkey);
-        CM_REQ_LOCAL_QPN.set(m, self.local_qpn);
-        CM_REQ_RESPONDER_RESOURCES.set(m, self.responder_resources.into());
-        CM_REQ_LOCAL_EECN.set(m, self.local_eecn);
-        CM_REQ_INITIATOR_DEPTH.set(m, self.initiator_depth.into());
-        CM_REQ_REMOTE_EECN.set(m, self.remote_eecn);
-        CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT.set(m, self.remote_cm_response_timeout.into());
-        CM_REQ_TRANSPORT_SERVICE_TYPE.set(m, self.transport_service_type as u32);
-        CM_REQ_END_TO_END_FLOW_CONTROL.set(m, self.end_to_end_flow_control.into());
-        CM_REQ_STARTING_PSN.set(m, self.starting_psn);
-        CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT.set(m, self.local_cm_response_timeout.into());
-        CM_REQ_RETRY_COUNT.set(m, self.retry_count.into());
-        CM_REQ_PARTITION_KEY.set(m, self.pkey.into());
-        CM_REQ_PATH_PACKET_PAYLOAD_MTU.set(m, self.path_mtu.into());
-        CM_REQ_RDC_EXISTS.set(m, self.rdc_exists.into());
-        CM_REQ_RNR_RETRY_COUNT.set(m, self.rnr_retry_count.into());
-        CM_REQ_MAX_CM_RETRIES.set(m, self.max_cm_retries.into());
-        CM_REQ_SRQ.set(m, self.srq.into());
-        CM_REQ_EXTENDED_TRANSPORT_TYPE.set(m, self.extended_transport_type.into());
-        PRIMARY.set(m, &self.primary_path);
-        ALTERNATE.set(m, &self.alternate_path);
-        CM_REQ_SAP_SUPPORTED.set(m, self.sap_supported.into());
-        CM_REQ_PRIVATE_DATA.set(m, &self.private_data);
-        mad
-    }
-
-    /// Decodes a MAD whose header `parse_header` already accepted (the attribute modifier is
-    /// read from the header too, for ECE). Fails only for the reserved transport type 2.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        let byte = |f: Field| f.get(mad) as u8;
-        let transport_service_type = match CM_REQ_TRANSPORT_SERVICE_TYPE.get(mad) {
-            0 => TransportType::Rc,
-            1 => TransportType::Uc,
-            3 => TransportType::Xrc,
-            value => {
-                let field = "CM_REQ_TRANSPORT_SERVICE_TYPE";
-                return Err(DecodeError::FieldRange { field, value });
-            }
-        };
-        Ok(Self {
-            attr_mod: u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]),
-            local_comm_id: CM_REQ_LOCAL_COMM_ID.get(mad),
-            vendor_id: CM_REQ_VENDOR_ID.get(mad),
-            service_id: CM_REQ_SERVICE_ID.get(mad),
-            local_ca_guid: CM_REQ_LOCAL_CA_GUID.get(mad),
-            local_qkey: CM_REQ_LOCAL_Q_KEY.get(mad),
-            local_qpn: CM_REQ_LOCAL_QPN.get(mad),
-            responder_resources: byte(CM_REQ_RESPONDER_RESOURCES),
-            local_eecn: CM_REQ_LOCAL_EECN.get(mad),
-            initiator_depth: byte(CM_REQ_INITIATOR_DEPTH),
-            remote_eecn: CM_REQ_REMOTE_EECN.get(mad),
-            remote_cm_response_timeout: byte(CM_REQ_REMOTE_CM_RESPONSE_TIMEOUT),
-            transport_service_type,
-            end_to_end_flow_control: CM_REQ_END_TO_END_FLOW_CONTROL.get(mad) != 0,
-            starting_psn: CM_REQ_STARTING_PSN.get(mad),
-            local_cm_response_timeout: byte(CM_REQ_LOCAL_CM_RESPONSE_TIMEOUT),
-            retry_count: byte(CM_REQ_RETRY_COUNT),
-            pkey: CM_REQ_PARTITION_KEY.get(mad) as u16,
-            path_mtu: byte(CM_REQ_PATH_PACKET_PAYLOAD_MTU),
-            rdc_exists: CM_REQ_RDC_EXISTS.get(mad) != 0,
-            rnr_retry_count: byte(CM_REQ_RNR_RETRY_COUNT),
-            max_cm_retries: byte(CM_REQ_MAX_CM_RETRIES),
-            srq: CM_REQ_SRQ.get(mad) != 0,
-            extended_transport_type: byte(CM_REQ_EXTENDED_TRANSPORT_TYPE),
-            primary_path: PRIMARY.get(mad),
-            alternate_path: ALTERNATE.get(mad),
-            sap_supported: CM_REQ_SAP_SUPPORTED.get(mad) != 0,
-            private_data: CM_REQ_PRIVATE_DATA.get(mad),
+    fn take(d: &PathFields, name: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
+        Ok(ReqPath {
+            local_lid: WireValue::take(&d.local_lid, name, mad)?,
+            remote_lid: WireValue::take(&d.remote_lid, name, mad)?,
+            local_gid: WireValue::take(&d.local_gid, name, mad)?,
+            remote_gid: WireValue::take(&d.remote_gid, name, mad)?,
+            flow_label: WireValue::take(&d.flow_label, name, mad)?,
+            packet_rate: WireValue::take(&d.packet_rate, name, mad)?,
+            traffic_class: WireValue::take(&d.traffic_class, name, mad)?,
+            hop_limit: WireValue::take(&d.hop_limit, name, mad)?,
+            sl: WireValue::take(&d.sl, name, mad)?,
+            subnet_local: WireValue::take(&d.subnet_local, name, mad)?,
+            local_ack_timeout: WireValue::take(&d.local_ack_timeout, name, mad)?,
         })
     }
 }

@@ -1,89 +1,41 @@
 //! SIDR_REP, Service ID Resolution REPly (IBTA Vol.1 Table 120, `struct cm_sidr_rep_msg`).
 
 use super::field::{Field, Field64, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, attr};
 
-pub const CM_SIDR_REP_REQUESTID: Field = Field::new(0, 32);
-pub const CM_SIDR_REP_STATUS: Field = Field::new(4, 8);
-pub const CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH: Field = Field::new(5, 8);
-pub const CM_SIDR_REP_VENDOR_ID_H: Field = Field::new(6, 16);
-pub const CM_SIDR_REP_QPN: Field = Field::new(8, 24);
-pub const CM_SIDR_REP_VENDOR_ID_L: Field = Field::new(11, 8);
-pub const CM_SIDR_REP_SERVICEID: Field64 = Field64::new(12);
-pub const CM_SIDR_REP_Q_KEY: Field = Field::new(20, 32);
-pub const CM_SIDR_REP_ADDITIONAL_INFORMATION: FieldBytes<72> = FieldBytes::new(24);
-pub const CM_SIDR_REP_PRIVATE_DATA: FieldBytes<136> = FieldBytes::new(96);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SidrRep {
-    pub request_id: u32,
-    pub status: u8,
-    /// At most 72 (decode refuses more).
-    pub info_length: u8,
-    /// 24 bits, from the H (16) and L (8) fields.
-    pub vendor_id: u32,
-    /// 24 bits.
-    pub qpn: u32,
-    pub service_id: u64,
-    pub qkey: u32,
-    pub info: [u8; 72],
-    pub private_data: [u8; 136],
-}
-
-impl Default for SidrRep {
-    fn default() -> Self {
-        Self {
-            request_id: 0,
-            status: 0,
-            info_length: 0,
-            vendor_id: 0,
-            qpn: 0,
-            service_id: 0,
-            qkey: 0,
-            info: [0; 72],
-            private_data: [0; 136],
-        }
+cm_message! {
+    /// A SIDR_REP: the answer to a SIDR_REQ.
+    pub struct SidrRep: attr::SIDR_REP, Table 120 {
+        /// The SIDR_REQ's request ID.
+        request_id: u32 { CM_SIDR_REP_REQUESTID: Field = Field::new(0, 32) },
+        /// `enum ib_cm_sidr_status`.
+        status: u8 { CM_SIDR_REP_STATUS: Field = Field::new(4, 8) },
+        /// At most 72 (decode refuses more).
+        info_length: u8 {
+            CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH: Field = Field::new(5, 8), max 72
+        },
+        /// 24 bits, from the H (16) and L (8) fields.
+        vendor_id: u32 {
+            split
+            >> 8 CM_SIDR_REP_VENDOR_ID_H: Field = Field::new(6, 16),
+            >> 0 CM_SIDR_REP_VENDOR_ID_L: Field = Field::new(11, 8),
+        },
+        /// 24 bits.
+        qpn: u32 { CM_SIDR_REP_QPN: Field = Field::new(8, 24) },
+        /// The service ID resolved.
+        service_id: u64 { CM_SIDR_REP_SERVICEID: Field64 = Field64::new(12) },
+        /// The Q_Key of `qpn`.
+        qkey: u32 { CM_SIDR_REP_Q_KEY: Field = Field::new(20, 32) },
+        /// Additional information, `info_length` bytes of it valid.
+        info: [u8; 72] {
+            CM_SIDR_REP_ADDITIONAL_INFORMATION: FieldBytes<72> = FieldBytes::new(24)
+        },
+        private_data: [u8; 136] { CM_SIDR_REP_PRIVATE_DATA: FieldBytes<136> = FieldBytes::new(96) },
     }
-}
-
-impl SidrRep {
     /// Encodes as `cm_format_sidr_rep()` does.
-    pub fn encode(&self, tid: u64, attr_mod: u32) -> Mad {
-        let mut mad = new_mad(attr::SIDR_REP, tid, attr_mod);
-        CM_SIDR_REP_REQUESTID.set(&mut mad, self.request_id);
-        CM_SIDR_REP_STATUS.set(&mut mad, u32::from(self.status));
-        CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH.set(&mut mad, u32::from(self.info_length));
-        CM_SIDR_REP_VENDOR_ID_H.set(&mut mad, self.vendor_id >> 8);
-        CM_SIDR_REP_QPN.set(&mut mad, self.qpn);
-        CM_SIDR_REP_VENDOR_ID_L.set(&mut mad, self.vendor_id);
-        CM_SIDR_REP_SERVICEID.set(&mut mad, self.service_id);
-        CM_SIDR_REP_Q_KEY.set(&mut mad, self.qkey);
-        CM_SIDR_REP_ADDITIONAL_INFORMATION.set(&mut mad, &self.info);
-        CM_SIDR_REP_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        let info_length = CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH.get(mad);
-        if info_length > 72 {
-            return Err(DecodeError::FieldRange {
-                field: "CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH",
-                value: info_length,
-            });
-        }
-        Ok(Self {
-            request_id: CM_SIDR_REP_REQUESTID.get(mad),
-            status: CM_SIDR_REP_STATUS.get(mad) as u8,
-            info_length: info_length as u8,
-            vendor_id: CM_SIDR_REP_VENDOR_ID_H.get(mad) << 8 | CM_SIDR_REP_VENDOR_ID_L.get(mad),
-            qpn: CM_SIDR_REP_QPN.get(mad),
-            service_id: CM_SIDR_REP_SERVICEID.get(mad),
-            qkey: CM_SIDR_REP_Q_KEY.get(mad),
-            info: CM_SIDR_REP_ADDITIONAL_INFORMATION.get(mad),
-            private_data: CM_SIDR_REP_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64, attr_mod: u32) -> Mad;
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

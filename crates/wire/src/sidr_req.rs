@@ -1,53 +1,23 @@
 //! SIDR_REQ, Service ID Resolution REQuest (IBTA Vol.1 Table 119, `struct cm_sidr_req_msg`).
 
 use super::field::{Field, Field64, FieldBytes};
-use super::{DecodeError, Mad, attr, new_mad};
+use super::message::cm_message;
+use super::{DecodeError, Mad, attr};
 
-pub const CM_SIDR_REQ_REQUESTID: Field = Field::new(0, 32);
-pub const CM_SIDR_REQ_PARTITION_KEY: Field = Field::new(4, 16);
-pub const CM_SIDR_REQ_SERVICEID: Field64 = Field64::new(8);
-pub const CM_SIDR_REQ_PRIVATE_DATA: FieldBytes<216> = FieldBytes::new(16);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SidrReq {
-    /// The requester's local comm ID.
-    pub request_id: u32,
-    pub pkey: u16,
-    pub service_id: u64,
-    pub private_data: [u8; 216],
-}
-
-impl Default for SidrReq {
-    fn default() -> Self {
-        Self {
-            request_id: 0,
-            pkey: 0,
-            service_id: 0,
-            private_data: [0; 216],
-        }
+cm_message! {
+    /// A SIDR_REQ: asks which UD QPN and Q_Key serve a service ID.
+    pub struct SidrReq: attr::SIDR_REQ, Table 119 {
+        /// The requester's local comm ID.
+        request_id: u32 { CM_SIDR_REQ_REQUESTID: Field = Field::new(0, 32) },
+        /// The partition key.
+        pkey: u16 { CM_SIDR_REQ_PARTITION_KEY: Field = Field::new(4, 16) },
+        /// The service ID to resolve.
+        service_id: u64 { CM_SIDR_REQ_SERVICEID: Field64 = Field64::new(8) },
+        private_data: [u8; 216] { CM_SIDR_REQ_PRIVATE_DATA: FieldBytes<216> = FieldBytes::new(16) },
     }
-}
-
-impl SidrReq {
     /// Encodes as `cm_format_sidr_req()` does.
-    pub fn encode(&self, tid: u64) -> Mad {
-        let mut mad = new_mad(attr::SIDR_REQ, tid, 0);
-        CM_SIDR_REQ_REQUESTID.set(&mut mad, self.request_id);
-        CM_SIDR_REQ_PARTITION_KEY.set(&mut mad, u32::from(self.pkey));
-        CM_SIDR_REQ_SERVICEID.set(&mut mad, self.service_id);
-        CM_SIDR_REQ_PRIVATE_DATA.set(&mut mad, &self.private_data);
-        mad
-    }
-
-    /// Decodes the CM data of a MAD whose header `parse_header` already accepted.
-    pub fn decode(mad: &Mad) -> Result<Self, DecodeError> {
-        Ok(Self {
-            request_id: CM_SIDR_REQ_REQUESTID.get(mad),
-            pkey: CM_SIDR_REQ_PARTITION_KEY.get(mad) as u16,
-            service_id: CM_SIDR_REQ_SERVICEID.get(mad),
-            private_data: CM_SIDR_REQ_PRIVATE_DATA.get(mad),
-        })
-    }
+    pub fn encode(&self, tid: u64) -> Mad;
+    pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
 }
 
 #[cfg(test)]

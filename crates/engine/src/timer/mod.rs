@@ -113,6 +113,7 @@ impl<T> Timers<T> {
         self.slab.len()
     }
 
+    /// Whether no timer is armed.
     pub fn is_empty(&self) -> bool {
         self.slab.len() == 0
     }
