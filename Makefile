@@ -209,6 +209,9 @@ miri:
 
 # ThreadSanitizer on the engine's tests (threads, locks, the worker): needs
 # nightly with rust-src to rebuild std instrumented; skipped without it.
+# One test at a time there: TSan slows the engine several times over, and
+# some tests count retransmissions of 16-20 ms timers, which a neighbour's
+# flood on the shared worker would then delay (until engines are values).
 TSAN_TEST = RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" TSAN_OPTIONS=halt_on_error=1 \
 	cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu --target-dir target/tsan --lib
 tsan:
@@ -242,9 +245,6 @@ fuzz:
 	  SWITCH_RUNS=$(FUZZ_SWITCH_RUNS) bash fuzz/run.sh $(FUZZ_SECONDS); \
 	else echo "fuzz: no nightly toolchain here, skipped"; fi
 
-# The engine tests share one worker thread and some count retransmissions of
-# 16-20 ms timers: one test at a time, so that no test's handler or flood
-# delays another's timers (8 s instead of 5 s).
 rust-check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
@@ -258,7 +258,7 @@ rust-check:
 	$(CARGO) clippy --locked --workspace --all-targets --features tokio,sideway -- -D warnings
 	@# QpAttributes as a sideway QP's (feature sideway: cmake and libclang).
 	$(CARGO) test --locked --features sideway --lib api::sideway
-	$(CARGO) test --locked --features tokio --test 'rust_api_*' -- --test-threads=1
+	$(CARGO) test --locked --features tokio --test 'rust_api_*'
 	$(CARGO) run --locked --quiet --features tokio --example cmtime -- -c 500 --api handler | tail -n 6
 	$(CARGO) run --locked --quiet --features tokio --example cmtime -- -c 500 --api async | tail -n 6
 
@@ -279,11 +279,14 @@ run:
 layers-check:
 	@python3 scripts/check-layers.py
 
-# The workspace's tests: the crates below the root, then the root's, one at
-# a time (rust-check and check-quick both run them).
+# The workspace's tests, with cargo's default thread count (rust-check and
+# check-quick both run them). The engine is still one per process, so the
+# tests of a binary share its worker thread: each allows for a neighbour's
+# load in its waits and timers (3 runs of the lib tests and 2 of the
+# rust_api_* tests this way, green on 2 cores loaded by other builds).
 rust-tests:
 	$(CARGO) test --locked -p ib-cm-wire -p ib-cm-engine
-	$(CARGO) test --locked -p ib_cm -- --test-threads=1
+	$(CARGO) test --locked -p ib_cm
 
 check-quick: deps
 	$(MAKE) layers-check
