@@ -1,0 +1,3 @@
+//! Subnet administration as values: the PathRecord codec ([`pathrec`]).
+
+pub mod pathrec;
