@@ -4,8 +4,8 @@
 //!
 //! It holds no lock and reads no clock: the time is an input, a `Duration`
 //! since an origin its holder chooses (the root crate's `sa::cache::PathCache`
-//! takes the `Instant` it was made at and hands in `Instant::now()` less
-//! that), so a test drives it on a virtual clock. Its holder keeps it behind
+//! takes the moment it was made and hands in the time elapsed since), so a
+//! test drives it on a virtual clock. Its holder keeps it behind
 //! a lock, asks the SA, waits for the queries of others and backs off from a
 //! busy SA; the MAD switch's host cache keeps its own queries in flight and
 //! uses only [`PathTable::lookup`] and [`PathTable::keep`].
