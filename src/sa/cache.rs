@@ -6,10 +6,15 @@
 //!
 //! [`PathCache`] is a value, not a global: the process holds one
 //! ([`process`], what `ibcm_init_path` uses) and a host-wide holder (the MAD
-//! switch, for all its tenants) can hold another. Its keys say which port a
-//! path leaves from by the port's identity on the host (node GUID, port
-//! number), not by a handle of this process, and which path by the query's
-//! wire bytes (component mask and PathRecord).
+//! switch, for all its tenants) can hold another. Its table is the engine's
+//! ([`ib_cm_engine::sa::cache::PathTable`]: the keys, the TTL, the bound on
+//! entries, which queries are in flight, the counters; on a clock handed
+//! in), behind a lock; what is here is what blocks: the clock read, the
+//! waits for another thread's query, the backoff's sleeps, the settings
+//! from the environment, the log. Its keys say which port a path leaves
+//! from by the port's identity on the host (node GUID, port number), not by
+//! a handle of this process, and which path by the query's wire bytes
+//! (component mask and PathRecord).
 //!
 //! What drops an answer:
 //! - its TTL ([`DEFAULT_TTL`], `IBCM_PATH_CACHE_TTL_MS`);
@@ -36,15 +41,15 @@
 //! it (the SA is asked, and waiters woken, with it released).
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use ib_cm_engine::sa::cache::{Ask, PathTable};
+pub use ib_cm_engine::sa::cache::{Counters, Epoch, Key, PortId, PortView};
 use parking_lot::{Condvar, Mutex};
 
-use super::pathrec::{PathQuery, RECORD_SIZE};
+use super::pathrec::PathQuery;
 use crate::cm::path::Path;
 use crate::errno::{CmResult, EIO};
 
@@ -139,81 +144,6 @@ fn parse_ttl(value: Option<&str>) -> Duration {
     }
 }
 
-/// A port, as every process of the host knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PortId {
-    pub node_guid: u64,
-    pub port_num: u8,
-}
-
-/// What a port's answers depend on: when it changes, they are all dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortView {
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub sm_sl: u8,
-}
-
-/// One query as the SA sees it: its component mask and its PathRecord as
-/// sent (the destination GID is in it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct QueryKey {
-    comp_mask: u64,
-    record: [u8; RECORD_SIZE],
-}
-
-/// A port and one of its destinations: what a REQ timeout invalidates.
-type DestKey = (PortId, [u8; 16]);
-
-/// What an answer is kept by: the port the query leaves from and the
-/// query as the SA sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Key {
-    port: PortId,
-    dgid: [u8; 16],
-    query: QueryKey,
-}
-
-impl Key {
-    pub fn of(port: PortId, query: &PathQuery) -> Self {
-        Self::of_wire(port, query.comp_mask, query.record_bytes())
-    }
-
-    /// The key of a query as it was sent: its component mask and its
-    /// PathRecord's bytes (the MAD switch's tenants' queries).
-    pub fn of_wire(port: PortId, comp_mask: u64, record: [u8; RECORD_SIZE]) -> Self {
-        let mut dgid = [0u8; 16];
-        dgid.copy_from_slice(&record[8..24]);
-        Key {
-            port,
-            dgid,
-            query: QueryKey { comp_mask, record },
-        }
-    }
-
-    pub fn port(&self) -> PortId {
-        self.port
-    }
-
-    /// The destination GID the query names.
-    pub fn dgid(&self) -> [u8; 16] {
-        self.dgid
-    }
-
-    fn dest(&self) -> DestKey {
-        (self.port, self.dgid)
-    }
-}
-
-struct Entry<V> {
-    query: QueryKey,
-    value: V,
-    view: PortView,
-    expires: Instant,
-    /// Its place in `State::ages`.
-    seq: u64,
-}
-
 /// One query in flight, and its outcome for whoever waits on it.
 struct Flight<V> {
     outcome: Mutex<Option<CmResult<V>>>,
@@ -246,127 +176,12 @@ impl<V: Copy> Flight<V> {
     }
 }
 
-struct State<V> {
-    /// The answers, by port and destination (a REQ timeout drops those of
-    /// one destination without a walk over all).
-    dests: HashMap<DestKey, Vec<Entry<V>>>,
-    /// Every answer by the order it came in, oldest first: the order of
-    /// eviction and, with one TTL for all, of expiry.
-    ages: BTreeMap<u64, Key>,
-    next_seq: u64,
-    flights: HashMap<Key, Arc<Flight<V>>>,
-    /// Bumped by every invalidation: an answer asked for before one is
-    /// handed to its askers but not kept (it may be what was invalidated).
-    epoch: u64,
-}
-
-impl<V> Default for State<V> {
-    fn default() -> Self {
-        State {
-            dests: HashMap::new(),
-            ages: BTreeMap::new(),
-            next_seq: 0,
-            flights: HashMap::new(),
-            epoch: 0,
-        }
-    }
-}
-
-impl<V> State<V> {
-    fn len(&self) -> usize {
-        self.ages.len()
-    }
-
-    fn find(&self, key: &Key) -> Option<&Entry<V>> {
-        self.dests
-            .get(&key.dest())?
-            .iter()
-            .find(|e| e.query == key.query)
-    }
-
-    /// Removes the entry of `key`, if there is one.
-    fn remove(&mut self, key: &Key) -> Option<Entry<V>> {
-        let dest = key.dest();
-        let entries = self.dests.get_mut(&dest)?;
-        let at = entries.iter().position(|e| e.query == key.query)?;
-        let entry = entries.swap_remove(at);
-        if entries.is_empty() {
-            self.dests.remove(&dest);
-        }
-        self.ages.remove(&entry.seq);
-        Some(entry)
-    }
-
-    /// Removes every entry of `dest`; how many there were.
-    fn remove_dest(&mut self, dest: &DestKey) -> u64 {
-        let gone = self.dests.remove(dest).unwrap_or_default();
-        for entry in &gone {
-            self.ages.remove(&entry.seq);
-        }
-        gone.len() as u64
-    }
-
-    fn remove_port(&mut self, port: PortId) -> u64 {
-        let dests: Vec<DestKey> = self.dests.keys().filter(|d| d.0 == port).copied().collect();
-        dests.iter().map(|d| self.remove_dest(d)).sum()
-    }
-
-    /// The oldest entry, taken out.
-    fn pop_oldest(&mut self) -> Option<(Key, Entry<V>)> {
-        let (_, key) = self.ages.pop_first()?;
-        let entry = self.remove(&key)?;
-        Some((key, entry))
-    }
-
-    fn oldest_expired(&self, now: Instant) -> bool {
-        self.ages
-            .first_key_value()
-            .and_then(|(_, key)| self.find(key))
-            .is_some_and(|e| e.expires <= now)
-    }
-}
-
-/// What a cache has done, since it was made.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Asks answered from the cache.
-    pub hits: u64,
-    /// Asks that found no answer and asked the SA (every ask, with the cache
-    /// off).
-    pub misses: u64,
-    /// Asks that found the same query in flight and waited for its outcome.
-    pub coalesced: u64,
-    /// Answers dropped because their port changed, a port event, or a REQ
-    /// to their destination timed out.
-    pub invalidations: u64,
-    /// Answers dropped because their TTL ended.
-    pub expirations: u64,
-    /// Answers dropped to make room (the oldest, at the bound on entries).
-    pub evictions: u64,
-    /// Waits before asking again an SA that answered Busy.
-    pub busy_backoffs: u64,
-}
-
-#[derive(Default)]
-struct AtomicCounters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-    coalesced: AtomicU64,
-    invalidations: AtomicU64,
-    expirations: AtomicU64,
-    evictions: AtomicU64,
-    busy_backoffs: AtomicU64,
-}
-
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.fetch_add(by, Ordering::Relaxed);
-}
-
 /// A path cache: see the module's documentation.
 pub struct PathCache<V = Path> {
     config: Config,
-    state: Mutex<State<V>>,
-    counters: AtomicCounters,
+    /// The table's clock is the time since this.
+    origin: Instant,
+    table: Mutex<PathTable<V, Arc<Flight<V>>>>,
     /// Seeds the backoff's jitter; random per cache.
     jitter: RandomState,
 }
@@ -381,23 +196,23 @@ enum Role<V> {
     Alone,
 }
 
-/// The cache's invalidations so far: an answer asked for in one epoch is
-/// kept only if it is still the current one when the answer comes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Epoch(u64);
-
 impl<V: Copy> PathCache<V> {
     pub fn new(config: Config) -> Self {
         PathCache {
             config,
-            state: Mutex::default(),
-            counters: AtomicCounters::default(),
+            origin: Instant::now(),
+            table: Mutex::new(PathTable::new(config.ttl, config.max_entries)),
             jitter: RandomState::new(),
         }
     }
 
     pub fn config(&self) -> Config {
         self.config
+    }
+
+    /// The table's time: how long since the cache was made.
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.origin)
     }
 
     /// The path `query` asks from port `port` (which looks like `view`
@@ -414,32 +229,14 @@ impl<V: Copy> PathCache<V> {
         may_wait: bool,
         ask: impl FnMut() -> CmResult<V>,
     ) -> CmResult<V> {
-        if self.config.ttl.is_zero() {
-            bump(&self.counters.misses, 1);
-            return self.ask_with_backoff(ask);
-        }
         let key = Key::of(port, query);
         let role = {
-            let mut state = self.state.lock();
-            if let Some(path) = self.find_valid(&mut state, &key, view) {
-                bump(&self.counters.hits, 1);
-                return Ok(path);
-            }
-            match state.flights.get(&key) {
-                Some(flight) if may_wait => {
-                    bump(&self.counters.coalesced, 1);
-                    Role::Follower(flight.clone())
-                }
-                Some(_) => {
-                    bump(&self.counters.misses, 1);
-                    Role::Alone
-                }
-                None => {
-                    bump(&self.counters.misses, 1);
-                    let flight = Arc::new(Flight::default());
-                    state.flights.insert(key, flight.clone());
-                    Role::Leader(flight, Epoch(state.epoch))
-                }
+            let mut table = self.table.lock();
+            match table.ask(key, view, self.now(), may_wait, Arc::default) {
+                Ask::Hit(path) => return Ok(path),
+                Ask::Follow(flight) => Role::Follower(flight.clone()),
+                Ask::Alone => Role::Alone,
+                Ask::Lead(epoch, flight) => Role::Leader(flight.clone(), epoch),
             }
         };
         match role {
@@ -467,19 +264,8 @@ impl<V: Copy> PathCache<V> {
     /// counted as coalesced when `in_flight` (the asker waits for a query it
     /// sent already) or else as a miss (it asks the SA).
     pub fn lookup(&self, key: &Key, view: PortView, in_flight: bool) -> Result<V, Epoch> {
-        let mut state = self.state.lock();
-        if !self.config.ttl.is_zero()
-            && let Some(value) = self.find_valid(&mut state, key, view)
-        {
-            bump(&self.counters.hits, 1);
-            return Ok(value);
-        }
-        let counter = match in_flight {
-            true => &self.counters.coalesced,
-            false => &self.counters.misses,
-        };
-        bump(counter, 1);
-        Err(Epoch(state.epoch))
+        let mut table = self.table.lock();
+        table.lookup(key, view, self.now(), in_flight)
     }
 
     /// Keeps `value`, the SA's answer to `key` asked from a port that
@@ -489,58 +275,8 @@ impl<V: Copy> PathCache<V> {
         if self.config.ttl.is_zero() {
             return;
         }
-        let mut state = self.state.lock();
-        if state.epoch == asked_in.0 {
-            self.insert(&mut state, key, view, value);
-        }
-    }
-
-    /// The answer of `key` if it may still be served; drops it (or all of
-    /// its port's) if not.
-    fn find_valid(&self, state: &mut State<V>, key: &Key, view: PortView) -> Option<V> {
-        let entry = state.find(key)?;
-        if entry.view != view {
-            let gone = state.remove_port(key.port);
-            state.epoch += 1;
-            bump(&self.counters.invalidations, gone);
-            return None;
-        }
-        if entry.expires <= Instant::now() {
-            state.remove(key);
-            bump(&self.counters.expirations, 1);
-            return None;
-        }
-        Some(entry.value)
-    }
-
-    /// Keeps `path` as `key`'s answer, making room if need be.
-    fn insert(&self, state: &mut State<V>, key: Key, view: PortView, value: V) {
-        let now = Instant::now();
-        state.remove(&key);
-        while state.oldest_expired(now) {
-            state.pop_oldest();
-            bump(&self.counters.expirations, 1);
-        }
-        if self.config.max_entries == 0 {
-            return;
-        }
-        while state.len() >= self.config.max_entries {
-            state.pop_oldest();
-            bump(&self.counters.evictions, 1);
-        }
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        state.ages.insert(seq, key);
-        let entry = Entry {
-            query: key.query,
-            value,
-            view,
-            // Past `Instant`'s range (a TTL of 49 days on a clock near its
-            // end): kept until evicted or invalidated.
-            expires: now.checked_add(self.config.ttl).unwrap_or(now),
-            seq,
-        };
-        state.dests.entry(key.dest()).or_default().push(entry);
+        let mut table = self.table.lock();
+        table.keep(key, view, value, asked_in, self.now());
     }
 
     /// `ask`, and again after a wait while it answers Busy (at most
@@ -556,7 +292,7 @@ impl<V: Copy> PathCache<V> {
                 return outcome;
             }
             retries += 1;
-            bump(&self.counters.busy_backoffs, 1);
+            self.table.lock().count_busy_backoff();
             std::thread::sleep(self.jittered(wait, retries));
             wait = (wait * 2).min(busy.max);
         }
@@ -579,38 +315,22 @@ impl<V: Copy> PathCache<V> {
     /// Drops every answer of `port`: its state, LID or SM changed, or its
     /// SM asked clients to reregister. Queries in flight are not kept.
     pub fn invalidate_port(&self, port: PortId) {
-        let mut state = self.state.lock();
-        let gone = state.remove_port(port);
-        state.epoch += 1;
-        bump(&self.counters.invalidations, gone);
+        self.table.lock().invalidate_port(port);
     }
 
     /// Drops the answers of `port` for destination `dgid`: a REQ on such a
     /// path timed out, so the next ask asks the SA again.
     pub fn invalidate_destination(&self, port: PortId, dgid: &[u8; 16]) {
-        let mut state = self.state.lock();
-        let gone = state.remove_dest(&(port, *dgid));
-        state.epoch += 1;
-        bump(&self.counters.invalidations, gone);
+        self.table.lock().invalidate_destination(port, dgid);
     }
 
     pub fn counters(&self) -> Counters {
-        let c = &self.counters;
-        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        Counters {
-            hits: load(&c.hits),
-            misses: load(&c.misses),
-            coalesced: load(&c.coalesced),
-            invalidations: load(&c.invalidations),
-            expirations: load(&c.expirations),
-            evictions: load(&c.evictions),
-            busy_backoffs: load(&c.busy_backoffs),
-        }
+        self.table.lock().counters()
     }
 
     /// How many answers the cache holds.
     pub fn len(&self) -> usize {
-        self.state.lock().len()
+        self.table.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -632,21 +352,13 @@ struct Lead<'c, V: Copy> {
 
 impl<V: Copy> Drop for Lead<'_, V> {
     fn drop(&mut self) {
-        let mut state = self.cache.state.lock();
-        if state
-            .flights
-            .get(&self.key)
-            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
-        {
-            state.flights.remove(&self.key);
+        let mut table = self.cache.table.lock();
+        table.end_flight(&self.key, |f| Arc::ptr_eq(f, &self.flight));
+        if let Ok(path) = self.outcome {
+            let now = self.cache.now();
+            table.keep(self.key, self.view, path, self.epoch, now);
         }
-        match self.outcome {
-            Ok(path) if state.epoch == self.epoch.0 => {
-                self.cache.insert(&mut state, self.key, self.view, path);
-            }
-            _ => {}
-        }
-        drop(state);
+        drop(table);
         self.flight.complete(self.outcome);
     }
 }

@@ -16,12 +16,12 @@ pub mod client;
 pub mod pathrec;
 pub mod query;
 
-use crate::errno::{CmResult, EINVAL, Errno};
+use crate::errno::{EINVAL, Errno};
 use crate::wire::Mad;
 
 pub use pathrec::PathQuery;
 
-use crate::wire::sa::{MAD_STATUS_BUSY, METHOD_GET_RESP};
+use crate::wire::sa::METHOD_GET_RESP;
 pub use crate::wire::sa::{MGMT_CLASS_SA, SA_CLASS_VERSION};
 
 /// `-EINTR`: a query cancelled, or flushed with its device
@@ -44,21 +44,7 @@ fn tid_low(mad: &Mad) -> u32 {
 /// bit Busy (`IB_MGMT_MAD_STATUS_BUSY`, IBA 13.4.7: the request was
 /// discarded, ask again later). The path cache backs off and asks again;
 /// what reaches a caller is the kernel's `-EINVAL` ([`kernel_errno`]).
-pub const BUSY: Errno = Errno(libc::EBUSY);
-
-/// The status of an SA answer: 0, [`BUSY`], or `-EINVAL` for any other
-/// error status (the SA's reason is in the MAD, not in the errno).
-fn status_errno(mad: &Mad) -> CmResult {
-    let status = u16::from_be_bytes([mad[4], mad[5]]);
-    if status != 0 {
-        crate::ibcm_log!(Debug, "SA answered with status {status:#06x}");
-        if status & MAD_STATUS_BUSY != 0 {
-            return Err(BUSY);
-        }
-        return Err(EINVAL);
-    }
-    Ok(())
-}
+pub use ib_cm_engine::sa::pathrec::BUSY;
 
 /// A query's outcome as the kernel's SA client reports it: any error status,
 /// Busy included, is `-EINVAL` (`recv_handler`).
