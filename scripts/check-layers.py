@@ -12,14 +12,18 @@ docs/architecture.md has two blocks this reads:
   workspace (one that could carry the code back in) fails too.
 - "unsafe lives in": one path per line (a file, or a directory ending in
   `/`). The compiler finds the `unsafe` (the workspace denies the lint
-  `unsafe_code`, macros and `#[unsafe(no_mangle)]` included); this check
-  makes sure the only exemptions are those places: every mention of
-  `unsafe_code` in the workspace's sources is a `#![forbid(unsafe_code)]`, an
-  `#[allow(unsafe_code)]` on a `mod` declaration whose module is listed, or an
-  `#![allow(unsafe_code)]` inside a listed file, and every listed place has
-  its exemption. Every crate whose line says `(forbid unsafe)` carries
-  `#![forbid(unsafe_code)]` in its root, every crate inherits the workspace
-  lints, and no cargo config or build script turns the lint off.
+  `unsafe_code`, `#[unsafe(no_mangle)]` included); this check makes sure
+  the only exemptions are those places: every mention of `unsafe_code` in
+  the workspace's sources is a whole-line `#![forbid(unsafe_code)]`, an
+  `#[allow(unsafe_code)]` right above a `mod` declaration whose module is
+  listed, or an `#![allow(unsafe_code)]` inside a listed file, and every
+  listed place has its exemption. Where the lint is blind (another crate's
+  macro expanding to `unsafe`, doctests) the word `unsafe` in any .rs file
+  outside the places fails; so do `include!`, a `#[path]` leaving its crate
+  or its place, and cargo configuration setting rustc flags. Every crate
+  whose line says `(forbid unsafe)` carries `#![forbid(unsafe_code)]` in its
+  root (outside a block comment), and every crate inherits the workspace
+  lints.
 
 Fails, listing every problem, when either stops being true.
 """
@@ -33,9 +37,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs/architecture.md"
-FORBID = re.compile(r"^\s*#!\[forbid\(unsafe_code\)\]\s*$")
-ALLOW_ON_MOD = re.compile(r"^\s*#\[allow\(unsafe_code\)\]\s*$")
-ALLOW_INNER = re.compile(r"^\s*#!\[allow\(unsafe_code\)\]\s*$")
+# Whole lines: an attribute, then at most a // comment. Anything else on the
+# line (a second attribute, an item) makes it no exemption the check grants.
+FORBID = re.compile(r"^\s*#!\[forbid\(unsafe_code\)\]\s*(//.*)?$")
+ALLOW_ON_MOD = re.compile(r"^\s*#\[allow\(unsafe_code\)\]\s*(//.*)?$")
+ALLOW_INNER = re.compile(r"^\s*#!\[allow\(unsafe_code\)\]\s*(//.*)?$")
+# The compiler does not lint `unsafe` that a macro of another crate expands
+# to, nor doctests: the word itself, anywhere in a .rs file (comments and
+# strings included), is a backstop. The one use outside the listed places is
+# a type: the C handler's function pointer.
+UNSAFE_WORD = re.compile(r"\bunsafe\b")
+FN_POINTER_TYPE = re.compile(r"^\s*Option<unsafe extern \"C\" fn\(")
+# Source inclusion, which needs no Cargo edge and no mod in the tree.
+INCLUDE = re.compile(r"\binclude!\s*\(")
+PATH_ATTR = re.compile(r"#\s*\[\s*path\s*=\s*\"([^\"]*)\"\s*\]")
+PATH_ATTR_ANY = re.compile(r"#\s*\[\s*path\b")
 MOD_DECL = re.compile(r"^\s*(pub(\([a-z ]+\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;\s*$")
 
 
@@ -83,9 +99,9 @@ def real_graph() -> tuple[dict[str, set[str]], dict[str, Path], dict[str, Path]]
     return graph, roots, dirs
 
 
-def code(line: str) -> str:
-    """The line with a // comment cut off."""
-    return line.split("//", 1)[0]
+def without_block_comments(text: str) -> str:
+    """The text with /* ... */ comments blanked (a forbid inside one is none)."""
+    return re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
 
 
 def module_path(decl_file: Path, name: str) -> list[str]:
@@ -125,7 +141,8 @@ def main() -> int:
 
     for name in sorted(forbid & set(real)):
         root = roots.get(name)
-        if root is None or not any(FORBID.match(line) for line in root.read_text().splitlines()):
+        text_lines = without_block_comments(root.read_text()).splitlines() if root else []
+        if root is None or not any(FORBID.match(line) for line in text_lines):
             problems.append(f"{name}: drawn as (forbid unsafe), but its root has no "
                             "#![forbid(unsafe_code)]")
 
@@ -139,10 +156,13 @@ def main() -> int:
         manifest = tomllib.loads((d / "Cargo.toml").read_text())
         if manifest.get("lints", {}).get("workspace") is not True:
             problems.append(f"{name}: its Cargo.toml does not say [lints] workspace = true")
-    for config in [ROOT / ".cargo/config.toml", ROOT / ".cargo/config", ROOT / "build.rs",
-                   *[d / "build.rs" for d in dirs.values()]]:
-        if config.is_file() and "unsafe_code" in config.read_text():
-            problems.append(f"{config.relative_to(ROOT)}: mentions the lint unsafe_code")
+    # Cargo's configuration, here and in every folder above (cargo reads them
+    # all): flags for rustc could lower the lint below what [lints] says.
+    for folder in [ROOT, *ROOT.parents]:
+        for config in (folder / ".cargo/config.toml", folder / ".cargo/config"):
+            if config.is_file() and re.search(r"rustflags|cap-lints|-A|allow",
+                                              config.read_text()):
+                problems.append(f"{config}: sets rustc flags (they could switch the lint off)")
 
     def listed(rel: str) -> str | None:
         for a in allowed:
@@ -159,24 +179,41 @@ def main() -> int:
     # The workspace's own sources: its crates' directories, not fuzz/ (a
     # workspace of its own, whose targets call the library's C ABI).
     scanned, exempted = 0, set()
+    member_dirs = sorted(dirs.values(), key=lambda d: len(d.parts), reverse=True)
+
+    def crate_dir(path: Path) -> Path | None:
+        """The directory of the innermost workspace crate holding `path`."""
+        return next((d for d in member_dirs if path.is_relative_to(d)), None)
+
     for rel in files:
         path = ROOT / rel
         if not any(path.is_relative_to(d) for d in dirs.values()) or rel.startswith("fuzz/"):
             continue
         scanned += 1
         lines = path.read_text().splitlines()
-        for i, raw in enumerate(lines):
-            line = code(raw)
+        home = listed(rel)
+        for i, line in enumerate(lines):
+            where = f"{rel}:{i + 1}"
+            if home is None and UNSAFE_WORD.search(line) and not FN_POINTER_TYPE.match(line):
+                problems.append(f"{where}: the word unsafe outside the places that may hold it")
+            if INCLUDE.search(line):
+                problems.append(f"{where}: include! brings in code no module line shows")
+            if PATH_ATTR_ANY.search(line):
+                m = PATH_ATTR.search(line)
+                target = (path.parent / m.group(1)).resolve() if m else None
+                own = crate_dir(path)
+                if (target is None or target.suffix != ".rs" or own is None
+                        or crate_dir(target) != own or target.is_relative_to(ROOT / "fuzz")
+                        or listed(str(target.relative_to(ROOT))) != home):
+                    problems.append(f"{where}: #[path] to a file outside this module's crate "
+                                    "or its place (a module may only move within both)")
             if "unsafe_code" not in line or FORBID.match(line):
                 continue
-            where = f"{rel}:{i + 1}"
-            if ALLOW_INNER.match(line) and listed(rel) is not None:
-                exempted.add(listed(rel))
+            if ALLOW_INNER.match(line) and home is not None:
+                exempted.add(home)
                 continue
             if ALLOW_ON_MOD.match(line):
-                nxt = next((code(x) for x in lines[i + 1:] if code(x).strip()
-                            and not code(x).strip().startswith("#[")), "")
-                m = MOD_DECL.match(nxt)
+                m = MOD_DECL.match(lines[i + 1]) if i + 1 < len(lines) else None
                 if m:
                     homes = module_path(path, m.group(3))
                     # The module itself must be listed: not a wider one around it.
@@ -188,7 +225,7 @@ def main() -> int:
                                     f"({' or '.join(homes)}), which is not listed")
                     continue
             problems.append(f"{where}: an exemption from unsafe_code that is not one of the "
-                            "listed places")
+                            "listed places (an #[allow] must stand alone, right above its mod)")
 
     for a in sorted(set(allowed) - exempted):
         if (ROOT / a).exists():

@@ -13,7 +13,7 @@
 pub mod abi;
 pub mod api;
 pub mod cm;
-#[allow(unsafe_code)] // the C ABI (docs/architecture.md, "unsafe lives in")
+#[allow(unsafe_code)] // the C ABI (docs/architecture.md lists the exemptions)
 pub mod ffi;
 pub mod log;
 #[allow(unsafe_code)] // the OS calls

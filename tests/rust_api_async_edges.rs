@@ -408,7 +408,7 @@ fn two_names() -> (String, String) {
 
 /// `driver`'s descriptor (a copy of its own) on this runtime's reactor.
 /// `AsyncFd::new` is deprecated for a type whose `as_raw_fd` may change;
-/// an `OwnedFd`'s never does (`register` would need `unsafe` here).
+/// an `OwnedFd`'s never does (`register` would need code the compiler cannot check here).
 #[allow(deprecated)]
 fn on_reactor(driver: &ib_cm::aio::Driver) -> tokio::io::unix::AsyncFd<std::os::fd::OwnedFd> {
     use std::os::fd::AsFd;

@@ -1,4 +1,4 @@
-//! APR, Alternate Path Response (IBTA Vol.1 Table 115, `struct cm_apr_msg`).
+//! APR, Alternate Path Response (IBTA Vol.1 Table 116, `struct cm_apr_msg`).
 //!
 //! The answer to a LAP. The kernel only receives APRs (`cm_apr_handler`);
 //! `ib_send_cm_apr()` was removed in 2019. Encoding exists for tests and
@@ -10,7 +10,7 @@ use super::{DecodeError, Mad, attr};
 
 cm_message! {
     /// An APR: whether the peer loaded the alternate path a LAP proposed.
-    pub struct Apr: attr::APR, Table 115 {
+    pub struct Apr: attr::APR, Table 116 {
         local_comm_id: u32 { CM_APR_LOCAL_COMM_ID: Field = Field::new(0, 32) },
         remote_comm_id: u32 { CM_APR_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// Valid bytes of `info`, at most 72 (decode refuses more).
@@ -36,7 +36,7 @@ mod tests {
     use super::*;
     use crate::test_util::{Access::*, check_table, mad_from_dump};
 
-    /// Written by hand from Table 115 (no kernel sends APRs any more), which
+    /// Written by hand from Table 116 (no kernel sends APRs any more), which
     /// agrees with the pre-2020 kernel's packed `struct cm_apr_msg`: status 5
     /// (IS_CURRENT), 4 bytes of information, private data "APR!". tshark 4.0.17
     /// names it "CM AlternatePathResponse" but does not dissect its fields.

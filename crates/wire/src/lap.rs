@@ -1,4 +1,4 @@
-//! LAP, Load Alternate Path (IBTA Vol.1 Table 114, `struct cm_lap_msg`).
+//! LAP, Load Alternate Path (IBTA Vol.1 Table 115, `struct cm_lap_msg`).
 //!
 //! The kernel only receives LAPs (`cm_lap_handler`); `ib_send_cm_lap()` was
 //! removed in 2019. Encoding exists for tests and tools that play the peer.
@@ -10,7 +10,7 @@ use super::{DecodeError, Mad, ReqPath, attr};
 
 cm_message! {
     /// A LAP: proposes a new alternate path for an established connection.
-    pub struct Lap: attr::LAP, Table 114 {
+    pub struct Lap: attr::LAP, Table 115 {
         local_comm_id: u32 { CM_LAP_LOCAL_COMM_ID: Field = Field::new(0, 32) },
         remote_comm_id: u32 { CM_LAP_REMOTE_COMM_ID: Field = Field::new(4, 32) },
         /// 24 bits: the receiver's QPN (the kernel does not check it).
@@ -48,7 +48,7 @@ mod tests {
     use crate::test_util::{Access::*, check_table, mad_from_dump};
 
     /// No kernel since 2019 sends a LAP, so there is no capture: this dump was
-    /// written by hand from Table 114 (kernel-cm-spec.md §3.4), which agrees
+    /// written by hand from Table 115 (kernel-cm-spec.md §3.4), which agrees
     /// with the pre-2020 kernel's packed `struct cm_lap_msg` (cm_msgs.h). tshark
     /// 4.0.17 names it "CM LoadAlternatePath" but does not dissect its fields.
     const GOLDEN_LAP: &str = "
