@@ -275,9 +275,11 @@ run:
 	@LD_LIBRARY_PATH=$(STAGE)/lib $(BUILD)/ibcm-cmtime -c $(CONNECTIONS)
 
 # The crate graph and the places that hold unsafe, as docs/architecture.md
-# draws them (scripts/check-layers.py).
+# draws them (scripts/check-layers.py), and that check against the ways
+# around it that are known (scripts/test-check-layers.sh, ~10 s).
 layers-check:
 	@python3 scripts/check-layers.py
+	@bash scripts/test-check-layers.sh
 
 # The workspace's tests, with cargo's default thread count (rust-check and
 # check-quick both run them). The engine is still one per process, so the

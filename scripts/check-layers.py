@@ -82,8 +82,10 @@ def metadata(no_deps: bool) -> dict:
     args = ["cargo", "metadata", "--format-version", "1", "--offline"]
     if no_deps:
         args.append("--no-deps")
-    return json.loads(subprocess.run(args, cwd=ROOT, check=True, capture_output=True,
-                                     text=True).stdout)
+    run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"layers: cargo metadata failed (a cycle between crates?):\n{run.stderr.strip()}")
+    return json.loads(run.stdout)
 
 
 def real_graph() -> tuple[dict[str, set[str]], dict[str, Path], dict[str, Path]]:
