@@ -41,7 +41,7 @@
 #include <time.h>
 
 #define PROG "wake-floor"
-#define SPIN_NS 50000ULL /* the library worker's look for work (worker.rs SPIN) */
+#define SPIN_NS 50000ULL /* the library worker's look for work (worker/thread.rs SPIN) */
 
 static uint64_t now_ns(void)
 {
@@ -78,7 +78,7 @@ static void *worker(void *arg)
 		bool spun = false;
 		while (!wf.stop && wf.taken == atomic_load(&wf.pushed)) {
 			if (!spun) {
-				/* worker.rs spin_for_work: yield until work or 50 us */
+				/* worker/thread.rs spin_for_work: yield until work or 50 us */
 				spun = true;
 				uint64_t seen = atomic_load(&wf.pushed);
 				pthread_mutex_unlock(&wf.qlock);

@@ -122,39 +122,35 @@ pub struct QpAttributes {
 
 impl QpAttributes {
     fn new(state: QpState, a: &QpAttr) -> Self {
-        let has = |bit: u32| a.mask & bit != 0;
         Self {
             mask: a.mask,
-            state: when(a.mask, mask::STATE, state),
-            access_flags: when(a.mask, mask::ACCESS_FLAGS, a.qp_access_flags),
-            pkey_index: when(a.mask, mask::PKEY_INDEX, a.pkey_index),
-            port_num: when(a.mask, mask::PORT, a.port_num),
-            address: when(a.mask, mask::AV, a.ah_attr.into()),
-            path_mtu: when(a.mask, mask::PATH_MTU, a.path_mtu),
-            dest_qp_num: when(a.mask, mask::DEST_QPN, a.dest_qp_num),
-            rq_psn: when(a.mask, mask::RQ_PSN, a.rq_psn),
-            max_dest_rd_atomic: when(a.mask, mask::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic),
-            min_rnr_timer: when(a.mask, mask::MIN_RNR_TIMER, a.min_rnr_timer),
-            sq_psn: when(a.mask, mask::SQ_PSN, a.sq_psn),
-            retry_cnt: when(a.mask, mask::RETRY_CNT, a.retry_cnt),
-            rnr_retry: when(a.mask, mask::RNR_RETRY, a.rnr_retry),
-            max_rd_atomic: when(a.mask, mask::MAX_QP_RD_ATOMIC, a.max_rd_atomic),
-            timeout: when(a.mask, mask::TIMEOUT, a.timeout),
-            alternate: has(mask::ALT_PATH).then(|| AlternatePath {
+            state: a.has(mask::STATE).then_some(state),
+            access_flags: a.has(mask::ACCESS_FLAGS).then_some(a.qp_access_flags),
+            pkey_index: a.has(mask::PKEY_INDEX).then_some(a.pkey_index),
+            port_num: a.has(mask::PORT).then_some(a.port_num),
+            address: a.has(mask::AV).then_some(a.ah_attr.into()),
+            path_mtu: a.has(mask::PATH_MTU).then_some(a.path_mtu),
+            dest_qp_num: a.has(mask::DEST_QPN).then_some(a.dest_qp_num),
+            rq_psn: a.has(mask::RQ_PSN).then_some(a.rq_psn),
+            max_dest_rd_atomic: a
+                .has(mask::MAX_DEST_RD_ATOMIC)
+                .then_some(a.max_dest_rd_atomic),
+            min_rnr_timer: a.has(mask::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+            sq_psn: a.has(mask::SQ_PSN).then_some(a.sq_psn),
+            retry_cnt: a.has(mask::RETRY_CNT).then_some(a.retry_cnt),
+            rnr_retry: a.has(mask::RNR_RETRY).then_some(a.rnr_retry),
+            max_rd_atomic: a.has(mask::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+            timeout: a.has(mask::TIMEOUT).then_some(a.timeout),
+            alternate: a.has(mask::ALT_PATH).then(|| AlternatePath {
                 address: a.alt_ah_attr.into(),
                 pkey_index: a.alt_pkey_index,
-                port_num: (a.alt_port_num != 0).then_some(a.alt_port_num),
+                port_num: a.alt_port(),
                 timeout: a.alt_timeout,
             }),
-            rearm_path_migration: has(mask::PATH_MIG_STATE)
+            rearm_path_migration: a.has(mask::PATH_MIG_STATE)
                 && a.path_mig_state == qp_attr::MIG_REARM,
         }
     }
-}
-
-/// `value` if `bit` is in `mask`.
-fn when<T>(mask: u32, bit: u32, value: T) -> Option<T> {
-    (mask & bit != 0).then_some(value)
 }
 
 /// `ib_cm_init_qp_attr` on `id` for `state`, for the call `op`.

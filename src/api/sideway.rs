@@ -75,7 +75,9 @@ impl QpAttributes {
             retry_cnt: self.retry_cnt.unwrap_or_default(),
             rnr_retry: self.rnr_retry.unwrap_or_default(),
             // uverbs' modify_qp refuses an alternate path whose port is not
-            // its address's.
+            // its address's. Unlike the C door (ffi's write_qp_attr), which
+            // leaves `alt_port_num` as the caller's ibv_qp_attr had it, as
+            // the kernel does: this ibv_qp_attr starts from zero.
             alt_port_num: alternate.map_or(0, |a| a.port_num.unwrap_or(a.address.port_num)),
             alt_timeout: alternate.map_or(0, |a| a.timeout),
             rate_limit: 0,
@@ -83,7 +85,8 @@ impl QpAttributes {
         (attr, self.ibv_mask())
     }
 
-    /// The `IBV_QP_*` mask of the fields that are `Some`.
+    /// The `IBV_QP_*` mask of the fields that are `Some`: not the engine's
+    /// [`mask`](QpAttributes::mask), on purpose ([`QpAttributes::to_sideway`]).
     fn ibv_mask(&self) -> u32 {
         [
             (self.state.is_some(), mask::STATE),

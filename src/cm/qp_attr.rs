@@ -110,6 +110,19 @@ pub struct QpAttr {
 }
 
 impl QpAttr {
+    /// Whether `bit` (of [`mask`]) is in the mask: its fields are meant.
+    /// What each door reads before it converts a field into its own type.
+    pub fn has(&self, bit: u32) -> bool {
+        self.mask & bit != 0
+    }
+
+    /// The alternate path's port, as a door writes it with
+    /// [`mask::ALT_PATH`]: `None` (`alt_port_num` left as it was) when the
+    /// alternate address has none.
+    pub fn alt_port(&self) -> Option<u8> {
+        (self.alt_port_num != 0).then_some(self.alt_port_num)
+    }
+
     /// `IB_QP_ALT_PATH`: the alternate address, as the kernel copies
     /// `alt_av` (its port only if it has one).
     fn set_alt_path(&mut self, alt: &Av) {

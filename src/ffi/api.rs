@@ -467,58 +467,57 @@ pub unsafe extern "C" fn ib_cm_init_qp_attr(
 /// Writes the fields `a.mask` names, and only those, as the kernel does.
 fn write_qp_attr(attr: &mut ibv_qp_attr, a: &cm::QpAttr) {
     use cm::qp_attr::mask;
-    let has = |bit| a.mask & bit != 0;
-    if has(mask::ACCESS_FLAGS) {
+    if a.has(mask::ACCESS_FLAGS) {
         attr.qp_access_flags = a.qp_access_flags;
     }
-    if has(mask::PKEY_INDEX) {
+    if a.has(mask::PKEY_INDEX) {
         attr.pkey_index = a.pkey_index;
     }
-    if has(mask::PORT) {
+    if a.has(mask::PORT) {
         attr.port_num = a.port_num;
     }
-    if has(mask::AV) {
+    if a.has(mask::AV) {
         attr.ah_attr = ah_attr(&a.ah_attr);
     }
-    if has(mask::ALT_PATH) {
+    if a.has(mask::ALT_PATH) {
         attr.alt_ah_attr = ah_attr(&a.alt_ah_attr);
         attr.alt_pkey_index = a.alt_pkey_index;
-        if a.alt_port_num != 0 {
-            attr.alt_port_num = a.alt_port_num;
+        if let Some(port) = a.alt_port() {
+            attr.alt_port_num = port;
         }
         attr.alt_timeout = a.alt_timeout;
     }
-    if has(mask::PATH_MIG_STATE) {
+    if a.has(mask::PATH_MIG_STATE) {
         attr.path_mig_state = a.path_mig_state;
     }
-    if has(mask::PATH_MTU) {
+    if a.has(mask::PATH_MTU) {
         attr.path_mtu = c_int::from(a.path_mtu);
     }
-    if has(mask::DEST_QPN) {
+    if a.has(mask::DEST_QPN) {
         attr.dest_qp_num = a.dest_qp_num;
     }
-    if has(mask::RQ_PSN) {
+    if a.has(mask::RQ_PSN) {
         attr.rq_psn = a.rq_psn;
     }
-    if has(mask::MAX_DEST_RD_ATOMIC) {
+    if a.has(mask::MAX_DEST_RD_ATOMIC) {
         attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
     }
-    if has(mask::MIN_RNR_TIMER) {
+    if a.has(mask::MIN_RNR_TIMER) {
         attr.min_rnr_timer = a.min_rnr_timer;
     }
-    if has(mask::SQ_PSN) {
+    if a.has(mask::SQ_PSN) {
         attr.sq_psn = a.sq_psn;
     }
-    if has(mask::RETRY_CNT) {
+    if a.has(mask::RETRY_CNT) {
         attr.retry_cnt = a.retry_cnt;
     }
-    if has(mask::RNR_RETRY) {
+    if a.has(mask::RNR_RETRY) {
         attr.rnr_retry = a.rnr_retry;
     }
-    if has(mask::MAX_QP_RD_ATOMIC) {
+    if a.has(mask::MAX_QP_RD_ATOMIC) {
         attr.max_rd_atomic = a.max_rd_atomic;
     }
-    if has(mask::TIMEOUT) {
+    if a.has(mask::TIMEOUT) {
         attr.timeout = a.timeout;
     }
 }
