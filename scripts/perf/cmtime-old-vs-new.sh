@@ -30,6 +30,7 @@ median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a
 printf "%-11s %12s %12s %8s   (%s rounds, %s connections, old %s, new %s)\n" phase "old ops/s" "new ops/s" new/old "$ROUNDS" "$N" \
   "$(git -C "$WT" rev-parse --short HEAD)" "$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo +)"
 for phase in create connect disconnect destroy; do
+  if [ -z "${R[old.$phase]:-}" ] || [ -z "${R[new.$phase]:-}" ]; then echo "$phase: no figures (a run failed?)"; continue; fi
   o=$(median <<<"${R[old.$phase]}"); n=$(median <<<"${R[new.$phase]}")
   printf "%-11s %12.0f %12.0f %8.3f   old:%s  new:%s\n" "$phase" "$o" "$n" "$(awk -v n="$n" -v o="$o" 'BEGIN {print n / o}')" "${R[old.$phase]}" "${R[new.$phase]}"
 done
