@@ -10,7 +10,6 @@ use super::event::{CmEvent, EventParam};
 use super::lap::on_roce_port;
 use super::recv::Received;
 use super::send::cancel_msg;
-use super::tables::tables;
 use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::IB_CM_APR_RECEIVED;
 use crate::abi::ib_cm_lap_state::{IB_CM_LAP_IDLE, IB_CM_LAP_SENT, IB_CM_MRA_LAP_RCVD};
@@ -28,7 +27,12 @@ pub fn apr_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(apr.remote_comm_id, apr.local_comm_id) else {
+    let Some(id) = work
+        .device
+        .cm
+        .tables()
+        .acquire_id(apr.remote_comm_id, apr.local_comm_id)
+    else {
         work.unmatched(); // an unmatched reply
         return;
     };

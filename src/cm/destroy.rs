@@ -10,7 +10,7 @@ use super::id::{CmIdPriv, Locked};
 use super::rej::send_rej_locked;
 use super::send::cancel_msg;
 use super::sidr::reject_sidr_req_locked;
-use super::tables::{addresses, quarantine, tables};
+use super::tables::{addresses, quarantine};
 use super::timewait::{enter_timewait, remove_remote};
 use super::worker::{cancel_timer, in_handler_of};
 use crate::abi::ib_cm_rej_reason::{IB_CM_REJ_CONSUMER_DEFINED, IB_CM_REJ_TIMEOUT};
@@ -74,7 +74,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
     cancel_msg(&mut l);
     remove_remote(&mut l);
     if let Some(timer) = l.inner.timewait_timer.take() {
-        cancel_timer(timer);
+        cancel_timer(&id.device.cm, timer);
     }
     l.inner.private_data = Box::default();
     // Destroyed before its request event was taken: its backlog place is free.
@@ -84,7 +84,7 @@ pub fn destroy_id(id: &Arc<CmIdPriv>, err: i32) {
     {
         // After this no MAD finds the id: a retransmitted DREQ gets a
         // stateless DREP.
-        let mut t = tables();
+        let mut t = id.device.cm.tables();
         addresses(id.addr()).remove(&id.addr());
         t.local.remove(&local_id);
     }
@@ -125,7 +125,7 @@ fn begin_destroy(id: &Arc<CmIdPriv>) -> bool {
 /// A listener leaves the listen table and becomes IDLE.
 fn stop_listening(l: &mut Locked) {
     let key = (Arc::as_ptr(&l.id.device) as usize, l.inner.service_id);
-    tables().listen.remove(&key);
+    l.id.device.cm.tables().listen.remove(&key);
     l.id.device.switch_unlisten(l.inner.service_id);
     l.set_state(IB_CM_IDLE, "destroyed");
 }

@@ -8,7 +8,6 @@ use super::id::{CmIdPriv, Locked};
 use super::pd_array;
 use super::recv::Received;
 use super::send::{cancel_msg, send_untracked};
-use super::tables::tables;
 use super::timewait::enter_timewait;
 use super::worker::queue_event;
 use crate::abi::data_size;
@@ -63,7 +62,12 @@ pub fn drep_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(drep.remote_comm_id, drep.local_comm_id) else {
+    let Some(id) = work
+        .device
+        .cm
+        .tables()
+        .acquire_id(drep.remote_comm_id, drep.local_comm_id)
+    else {
         work.unmatched();
         return;
     };

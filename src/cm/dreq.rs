@@ -9,7 +9,6 @@ use super::id::{CmIdPriv, Locked};
 use super::pd_array;
 use super::recv::Received;
 use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
-use super::tables::tables;
 use super::timewait::enter_timewait;
 use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::IB_CM_DREQ_RECEIVED;
@@ -79,7 +78,12 @@ pub fn dreq_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(dreq.remote_comm_id, dreq.local_comm_id) else {
+    let Some(id) = work
+        .device
+        .cm
+        .tables()
+        .acquire_id(dreq.remote_comm_id, dreq.local_comm_id)
+    else {
         // Unknown, destroyed, or another connection's: answer statelessly.
         work.duplicate(attr::DREQ);
         issue_drep(&work, &dreq);

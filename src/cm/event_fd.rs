@@ -16,7 +16,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -24,14 +23,6 @@ use parking_lot::{Mutex, MutexGuard};
 use super::worker::Work;
 use crate::errno::{CmResult, EINVAL, ENOMEM, Errno};
 use crate::refusal::{Rule, refuse};
-
-/// Events waiting in the queues of every FD-mode device (`ibcm_get_stats`'s
-/// `queued` counts them with the worker's).
-static QUEUED: AtomicUsize = AtomicUsize::new(0);
-
-pub fn queued() -> usize {
-    QUEUED.load(Ordering::Relaxed)
-}
 
 /// One device's delivery mode and, in FD mode, its pending events.
 #[derive(Default)]
@@ -117,9 +108,9 @@ impl EventQueue {
             drop(s);
             return if closed { Ok(()) } else { Err(work) };
         }
-        // Counted before the fd turns readable, uncounted after it stops
-        // being so: whoever sees the fd readable sees the event in stats.
-        QUEUED.fetch_add(1, Ordering::Relaxed);
+        // Queued (and so counted by `queued`) as the fd turns readable,
+        // under one lock: whoever sees the fd readable sees the event in
+        // stats.
         if s.work.is_empty() {
             signal(&s);
         }
@@ -127,10 +118,9 @@ impl EventQueue {
         Ok(())
     }
 
-    /// How many events are pending (tests: a new id exists before its
-    /// event is queued, on the worker, a moment later).
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
+    /// How many events are pending (`ibcm_get_stats`'s `queued` counts them
+    /// with the worker's).
+    pub fn queued(&self) -> usize {
         self.state.lock().work.len()
     }
 
@@ -141,7 +131,6 @@ impl EventQueue {
         if s.work.is_empty() {
             clear(&s);
         }
-        QUEUED.fetch_sub(1, Ordering::Relaxed);
         Some(work)
     }
 
@@ -169,7 +158,6 @@ impl EventQueue {
 fn take_all(s: &mut State) -> Vec<Work> {
     let work: Vec<Work> = s.work.drain(..).collect();
     clear(s);
-    QUEUED.fetch_sub(work.len(), Ordering::Relaxed);
     work
 }
 

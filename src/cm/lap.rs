@@ -12,7 +12,6 @@ use super::mra::format_mra;
 use super::path::{Path, REC_TYPE_IB};
 use super::recv::Received;
 use super::req::{av_from_path, path_from_wire};
-use super::tables::tables;
 use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::IB_CM_LAP_RECEIVED;
 use crate::abi::ib_cm_lap_state::*;
@@ -50,7 +49,12 @@ pub fn lap_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(lap.remote_comm_id, lap.local_comm_id) else {
+    let Some(id) = work
+        .device
+        .cm
+        .tables()
+        .acquire_id(lap.remote_comm_id, lap.local_comm_id)
+    else {
         work.unmatched();
         return;
     };

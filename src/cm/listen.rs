@@ -9,7 +9,7 @@ use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Handler};
 use super::recv::Received;
 use super::sidr::forget_sidr_request;
-use super::tables::{addresses, tables};
+use super::tables::addresses;
 use super::{forget_unfinalized, new_id};
 use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_LISTEN, IB_CM_REQ_RCVD, IB_CM_SIDR_REQ_RCVD};
 use crate::errno::{CmResult, EBUSY, EINVAL};
@@ -39,7 +39,7 @@ pub fn listen(id: &Arc<CmIdPriv>, service_id: u64) -> CmResult {
         EBUSY => service_id_refused(e, service_id, "has a listener in another process"),
         e => e,
     })?;
-    let mut t = tables();
+    let mut t = id.device.cm.tables();
     let service_id = match switched {
         Some(service_id) => service_id,
         None if service_id == CM_ASSIGN_SERVICE_ID => {
@@ -87,7 +87,7 @@ pub fn insert_listen(
     }
     let key = (Arc::as_ptr(device) as usize, service_id);
     loop {
-        let existing = tables().listen.get(&key).cloned();
+        let existing = device.cm.tables().listen.get(&key).cloned();
         if let Some(cur) = existing {
             let mut l = cur.lock();
             if l.state() != IB_CM_LISTEN || cur.is_destroyed() || l.inner.service_id != service_id {
@@ -107,7 +107,7 @@ pub fn insert_listen(
             return Err(e);
         }
         let mut l = id.lock();
-        let mut t = tables();
+        let mut t = device.cm.tables();
         if t.listen.contains_key(&key) {
             // Another caller inserted it first: share theirs, and give
             // back the daemon's grant to this one (it counts them per

@@ -12,7 +12,6 @@ use super::device::Device;
 use super::event::{CmEvent, EventParam};
 use super::id::CmIdPriv;
 use super::send::cancel_msg;
-use super::tables::tables;
 use super::timewait::{enter_timewait, reset_to_idle};
 use super::worker::queue_event;
 use crate::abi::ib_cm_event_type::{self, *};
@@ -29,7 +28,9 @@ pub fn device_lost_handler(device: &Arc<Device>) {
     if device.is_closed() {
         return;
     }
-    let ids: Vec<Arc<CmIdPriv>> = tables()
+    let ids: Vec<Arc<CmIdPriv>> = device
+        .cm
+        .tables()
         .local
         .values()
         .filter(|id| Arc::ptr_eq(&id.device, device))

@@ -14,6 +14,7 @@ mod destroy;
 pub mod device;
 mod drep;
 mod dreq;
+pub mod engine;
 mod establish;
 pub mod event;
 mod event_fd;
@@ -56,11 +57,11 @@ pub use req::{ReqParams, send_req};
 pub use rtu::send_rtu;
 pub use sidr::{SidrRepParams, SidrReqParams, send_sidr_rep, send_sidr_req};
 pub use trace::{CommIds, state_name};
-pub use worker::{pending, process_device_events};
+pub use worker::process_device_events;
 
 use device::Device;
+pub use engine::{Clock, Cm, VirtualClock};
 use id::{CmIdInner, CmIdPriv, Handler};
-use tables::tables;
 
 use crate::abi::ibcm_event_mode;
 use crate::errno::{CmResult, EBUSY, EINVAL};
@@ -80,7 +81,7 @@ pub(crate) fn pd_array<const N: usize>(data: &[u8]) -> [u8; N] {
 /// either sees the id or the id sees the device gone.
 fn new_id(device: Arc<Device>, handler: Handler) -> CmResult<Arc<CmIdPriv>> {
     let local_id = {
-        let mut t = tables();
+        let mut t = device.cm.tables();
         if !t.devices.contains_key(&(Arc::as_ptr(&device) as usize)) {
             return Err(refuse(EINVAL, Rule::Text("the device is being closed")));
         }
@@ -115,7 +116,7 @@ fn renew_identity(l: &mut id::Locked) -> CmResult {
     }
     let me = l.id.me.upgrade().ok_or(EINVAL)?;
     let local_id = {
-        let mut t = tables();
+        let mut t = l.id.device.cm.tables();
         let local_id = t.alloc_local_id(l.id.device.id_slice()).ok_or(EBUSY)?;
         t.local.remove(&l.inner.local_id);
         t.local.insert(local_id, me);
@@ -124,7 +125,7 @@ fn renew_identity(l: &mut id::Locked) -> CmResult {
     send::cancel_msg(l);
     timewait::remove_remote(l);
     if let Some(timer) = l.inner.timewait_timer.take() {
-        worker::cancel_timer(timer);
+        worker::cancel_timer(&l.id.device.cm, timer);
     }
     *l.inner = CmIdInner {
         local_id,
@@ -147,7 +148,7 @@ fn forget_unfinalized(id: &Arc<CmIdPriv>) {
 /// Makes `id` visible to MADs and to C (`cm_finalize_id`).
 fn finalize_id(id: &Arc<CmIdPriv>) {
     let local_id = id.lock().inner.local_id;
-    tables().insert_id(local_id, id);
+    id.device.cm.tables().insert_id(local_id, id);
 }
 
 /// `ib_create_cm_id()`: a new IDLE id whose events go to `handler`;
@@ -170,35 +171,55 @@ pub fn lookup_id(addr: usize) -> Option<Arc<CmIdPriv>> {
     tables::addresses(addr).get(&addr).cloned()
 }
 
-/// `ibcm_open_device()`.
+/// `ibcm_open_device()`: `name` in the process's engine.
 pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
-    // A device is open at most once per process (a second CM agent on a port
-    // would be refused by the kernel anyway).
-    if tables().devices.values().any(|d| d.name == name) {
+    open_device_in(Cm::process(), name)
+}
+
+/// Opens `name` in `cm`.
+pub fn open_device_in(cm: &Arc<Cm>, name: &str) -> CmResult<Arc<Device>> {
+    // A device is open at most once per engine (a second CM agent on a port
+    // would be refused by the kernel anyway; on the in-process fabric a
+    // loop device is one port of it, open once in the process).
+    if cm.tables().devices.values().any(|d| d.name == name) {
         return Err(refuse(EBUSY, Rule::Text("already open in this process")));
     }
     // Received MADs go to the worker: no device without one (-EAGAIN).
-    worker::start()?;
-    let device = Device::open(name)?;
-    tables()
-        .devices
-        .insert(Arc::as_ptr(&device) as usize, device.clone());
+    worker::start(cm)?;
+    let device = Device::open(cm, name)?;
+    register_device(&device);
     Ok(device)
+}
+
+/// Makes an opened device the engine's: ids can be made on it.
+fn register_device(device: &Arc<Device>) {
+    device
+        .cm
+        .tables()
+        .devices
+        .insert(Arc::as_ptr(device) as usize, device.clone());
 }
 
 /// A loop device with a RoCE port, registered like `open_device` (tests).
 #[cfg(test)]
 pub fn open_roce_loop_device(name: &str) -> CmResult<Arc<Device>> {
-    let device = Device::open_loop_as_roce(name)?;
-    tables()
-        .devices
-        .insert(Arc::as_ptr(&device) as usize, device.clone());
+    let device = Device::open_loop_as_roce(Cm::process(), name)?;
+    register_device(&device);
     Ok(device)
 }
 
-/// The open device C knows by `addr`.
+/// A loop device with the CA ACK delay `ack_delay`, registered like
+/// `open_device` (tests).
+#[cfg(test)]
+pub fn open_loop_device_with_ack_delay(name: &str, ack_delay: u8) -> CmResult<Arc<Device>> {
+    let device = Device::open_loop_with_ack_delay(Cm::process(), name, ack_delay)?;
+    register_device(&device);
+    Ok(device)
+}
+
+/// The open device of the process's engine that C knows by `addr`.
 pub fn lookup_device(addr: usize) -> Option<Arc<Device>> {
-    tables().devices.get(&addr).cloned()
+    Cm::process().tables().devices.get(&addr).cloned()
 }
 
 /// How long `close_device` waits for the worker to finish the work queued
@@ -216,7 +237,7 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// an FD-mode device's handler, which the documentation promises the same.
 pub fn close_device(device: &Arc<Device>) -> CmResult {
     if device.id_count() != 0 && !worker::on_worker() && !worker::in_handler() {
-        worker::wait_for_queued_work(CLOSE_WAIT);
+        worker::wait_for_queued_work(&device.cm, CLOSE_WAIT);
         // In FD mode the worker only queued them: the events pending for the
         // device run here, as `ibcm_process_events` would run them (none from
         // inside a handler: -EDEADLK, and then -EBUSY below). The device's
@@ -226,7 +247,7 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
             let _ = worker::process_device_events_within(device, CLOSE_WAIT);
         }
     }
-    let mut t = tables();
+    let mut t = device.cm.tables();
     if device.id_count() != 0 {
         drop(t);
         return Err(refuse_with(EBUSY, || Rule::IdsLeft(census(device))));
@@ -263,7 +284,7 @@ fn census(device: &Arc<Device>) -> IdCensus {
 /// ids are created under, so none appears meanwhile): an id's events must
 /// all go one way, or they could run out of order.
 pub fn set_event_mode(device: &Arc<Device>, mode: ibcm_event_mode) -> CmResult {
-    let t = tables();
+    let t = device.cm.tables();
     if device.id_count() != 0 {
         drop(t);
         let rule = Rule::Text("cm_ids of the device exist: set the mode before the first");
@@ -289,11 +310,18 @@ pub fn ids_with_context(device: &Arc<Device>, context: usize) -> Vec<Arc<CmIdPri
     ids
 }
 
-/// How many cm_ids exist (all devices): 0 when everything was destroyed.
-/// Counted per device, since not every id has a local comm ID in the table
-/// (`ib_cm_insert_listen`'s listeners have none, as in the kernel).
+/// How many cm_ids exist in the process's engine (all devices): 0 when
+/// everything was destroyed. Counted per device, since not every id has a
+/// local comm ID in the table (`ib_cm_insert_listen`'s listeners have none,
+/// as in the kernel).
 pub fn id_count() -> usize {
-    tables().devices.values().map(|d| d.id_count()).sum()
+    Cm::process().id_count()
+}
+
+/// (queued work items, armed timers) of the process's engine: both zero
+/// when the library is idle.
+pub fn pending() -> (usize, usize) {
+    Cm::process().pending()
 }
 #[cfg(test)]
 pub(crate) mod tests;

@@ -22,12 +22,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::engine::Cm;
 use super::event::{CmEvent, EventParam};
 use super::id::{CmIdPriv, Locked};
 use super::path::{convert_to_ms, iba_time};
 use super::recv::Received;
 use super::send::send_untracked;
-use super::tables::tables;
 use super::trace::CommIds;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::IB_CM_MRA_RECEIVED;
@@ -337,12 +337,12 @@ pub fn format_mra(l: &Locked, mraed: MsgResponse) -> Mad {
 
 /// `cm_acquire_mraed_id()`: an MRA for a REQ finds an id that does not know
 /// the peer's comm ID yet.
-fn acquire_mraed_id(mra: &Mra) -> Option<Arc<CmIdPriv>> {
+fn acquire_mraed_id(cm: &Cm, mra: &Mra) -> Option<Arc<CmIdPriv>> {
     let remote_id = match mra.message_mraed {
         MsgResponse::Req => 0,
         _ => mra.local_comm_id,
     };
-    tables().acquire_id(mra.remote_comm_id, remote_id)
+    cm.tables().acquire_id(mra.remote_comm_id, remote_id)
 }
 
 /// `ib_modify_mad()`: the outstanding MAD now waits `timeout_ms` (its retries
@@ -352,10 +352,11 @@ fn modify_mad(l: &mut Locked, timeout_ms: u32, state: ib_cm_state) -> bool {
     let Some(msg) = l.inner.msg.as_mut() else {
         return false;
     };
-    cancel_timer(msg.timer);
+    cancel_timer(&l.id.device.cm, msg.timer);
     msg.timeout_ms = timeout_ms;
     msg.sent_in = state;
     msg.timer = arm_timer(
+        &l.id.device.cm,
         Duration::from_millis(u64::from(timeout_ms)),
         TimerWork::Retransmit(me),
     );
@@ -383,7 +384,7 @@ pub fn mra_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = acquire_mraed_id(&mra) else {
+    let Some(id) = acquire_mraed_id(&work.device.cm, &mra) else {
         work.unmatched();
         return;
     };

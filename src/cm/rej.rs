@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
+use super::engine::Cm;
 use super::event::{CmEvent, EventParam, RejRcvd};
 use super::id::{CmIdPriv, Locked};
 use super::pd_array;
 use super::recv::Received;
 use super::send::{cancel_msg, send_untracked};
-use super::tables::tables;
 use super::timewait::{enter_timewait, reset_to_idle};
 use super::worker::queue_event;
 use crate::abi::data_size;
@@ -85,8 +85,8 @@ pub fn issue_rej(work: &Received, reason: u16, message_rejected: MsgResponse) {
 }
 
 /// `cm_acquire_rejected_id()`.
-fn acquire_rejected_id(rej: &Rej) -> Option<Arc<CmIdPriv>> {
-    let t = tables();
+fn acquire_rejected_id(cm: &Cm, rej: &Rej) -> Option<Arc<CmIdPriv>> {
+    let t = cm.tables();
     if rej.reason == IB_CM_REJ_TIMEOUT as u16 {
         // The ARI carries the rejecting side's node GUID.
         let guid = u64::from_be_bytes(rej.ari[..8].try_into().ok()?);
@@ -104,7 +104,7 @@ pub fn rej_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = acquire_rejected_id(&rej) else {
+    let Some(id) = acquire_rejected_id(&work.device.cm, &rej) else {
         work.unmatched();
         return;
     };

@@ -9,7 +9,6 @@ use super::path::{ack_timeout, iba_time};
 use super::recv::Received;
 use super::rej::issue_rej;
 use super::send::{cancel_msg, send_tracked};
-use super::tables::tables;
 use super::timewait::remove_remote;
 use super::worker::queue_event;
 use super::{dreq, pd_array};
@@ -112,7 +111,12 @@ fn rep_qpn(rep: &Rep, qp_type: i32) -> u32 {
 
 /// `cm_dup_rep_handler()`: our RTU was lost, so the peer resent its REP.
 fn dup_rep_handler(work: &Received, rep: &Rep) {
-    let Some(id) = tables().acquire_id(rep.remote_comm_id, rep.local_comm_id) else {
+    let Some(id) = work
+        .device
+        .cm
+        .tables()
+        .acquire_id(rep.remote_comm_id, rep.local_comm_id)
+    else {
         work.unmatched();
         return;
     };
@@ -143,7 +147,7 @@ pub fn rep_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(rep.remote_comm_id, 0) else {
+    let Some(id) = work.device.cm.tables().acquire_id(rep.remote_comm_id, 0) else {
         dup_rep_handler(&work, &rep);
         return;
     };
@@ -158,7 +162,7 @@ pub fn rep_handler(work: Received) {
     l.inner.remote_id = rep.local_comm_id;
     l.inner.remote_qpn = remote_qpn;
     {
-        let mut t = tables();
+        let mut t = work.device.cm.tables();
         if t.remote_id.contains_key(&(rep.local_comm_id, guid)) {
             l.inner.remote_id = 0;
             work.unmatched();

@@ -7,7 +7,6 @@ use super::id::CmIdPriv;
 use super::pd_array;
 use super::recv::Received;
 use super::send::{cancel_msg, send_untracked};
-use super::tables::tables;
 use super::worker::queue_event;
 use crate::abi::data_size;
 use crate::abi::ib_cm_event_type::IB_CM_RTU_RECEIVED;
@@ -51,7 +50,12 @@ pub fn rtu_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(rtu.remote_comm_id, rtu.local_comm_id) else {
+    let Some(id) = work
+        .device
+        .cm
+        .tables()
+        .acquire_id(rtu.remote_comm_id, rtu.local_comm_id)
+    else {
         work.unmatched();
         return;
     };

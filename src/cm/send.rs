@@ -69,6 +69,7 @@ pub fn send_tracked(l: &mut Locked, mad: Mad, sent_in: ib_cm_state, why: &'stati
 
 fn arm_retransmit(l: &Locked, timeout_ms: u32) -> TimerId {
     arm_timer(
+        &l.id.device.cm,
         Duration::from_millis(u64::from(timeout_ms)),
         TimerWork::Retransmit(l.id.me.clone()),
     )
@@ -77,7 +78,7 @@ fn arm_retransmit(l: &Locked, timeout_ms: u32) -> TimerId {
 /// `ib_cancel_mad(cm_id_priv->msg)`: stops retransmitting the tracked MAD.
 pub fn cancel_msg(l: &mut Locked) {
     if let Some(msg) = l.inner.msg.take() {
-        cancel_timer(msg.timer);
+        cancel_timer(&l.id.device.cm, msg.timer);
     }
 }
 

@@ -9,7 +9,6 @@ use super::path::Path;
 use super::recv::Received;
 use super::req::{av_from_path, port_of_path};
 use super::send::{cancel_msg, form_tid, send_tracked, send_untracked};
-use super::tables::tables;
 use super::worker::queue_event;
 use super::{create_child_id, listen, new_id, pd_array};
 use crate::abi::data_size;
@@ -111,7 +110,7 @@ pub(super) fn forget_sidr_request(l: &mut Locked, why: &'static str) {
     l.set_state(IB_CM_IDLE, why);
     if l.inner.remote_id_linked {
         let key = sidr_key(l.inner.remote_id, &l.inner.av);
-        tables().remote_sidr.remove(&key);
+        l.id.device.cm.tables().remote_sidr.remove(&key);
         l.inner.remote_id_linked = false;
     }
 }
@@ -193,7 +192,7 @@ pub fn sidr_req_handler(work: Received) {
     };
     let key = sidr_key(req.request_id, &av);
     let listener = {
-        let t = tables();
+        let t = work.device.cm.tables();
         if t.remote_sidr.contains_key(&key) {
             drop(t);
             work.duplicate(attr::SIDR_REQ);
@@ -225,7 +224,11 @@ pub fn sidr_req_handler(work: Received) {
     l.set_service_id(req.service_id);
     l.inner.tid = work.tid;
     l.inner.av = av;
-    tables().remote_sidr.insert(key, Arc::downgrade(&new_id));
+    work.device
+        .cm
+        .tables()
+        .remote_sidr
+        .insert(key, Arc::downgrade(&new_id));
     l.inner.remote_id_linked = true;
     drop(l);
     super::finalize_id(&new_id);
@@ -253,7 +256,7 @@ pub fn sidr_rep_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = tables().acquire_id(rep.request_id, 0) else {
+    let Some(id) = work.device.cm.tables().acquire_id(rep.request_id, 0) else {
         work.unmatched();
         return;
     };

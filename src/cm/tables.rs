@@ -1,6 +1,7 @@
-//! The global lookup tables (the kernel's `cm.lock`-protected trees and the
-//! local-id xarray). Lock order: an id lock may be held while taking this lock,
-//! never the reverse.
+//! The lookup tables of one engine (the kernel's `cm.lock`-protected trees
+//! and the local-id xarray), and the process-wide registry of the addresses
+//! C knows ids by. Lock order: an id lock may be held while taking the table
+//! lock, never the reverse.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -75,25 +76,6 @@ pub struct Tables {
     random_id_operand: u32,
 }
 
-static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(|| {
-    let random = RandomState::new().build_hasher().finish();
-    Mutex::new(Tables {
-        local: OwnKeyMap::default(),
-        listen: HashMap::new(),
-        remote_id: HashMap::new(),
-        remote_qpn: HashMap::new(),
-        remote_sidr: HashMap::new(),
-        devices: OwnKeyMap::default(),
-        next_index: (random >> 32) as u32,
-        listen_service_id: FIRST_ASSIGNED_SERVICE_ID,
-        random_id_operand: random as u32,
-    })
-});
-
-pub fn tables() -> MutexGuard<'static, Tables> {
-    TABLES.lock()
-}
-
 const ADDRESS_SHARDS: usize = 16;
 
 type Addresses = OwnKeyMap<usize, Arc<CmIdPriv>>;
@@ -121,6 +103,23 @@ pub fn for_each_id(mut f: impl FnMut(&Arc<CmIdPriv>)) {
 }
 
 impl Tables {
+    /// Empty tables whose local comm IDs start at a random point
+    /// (`cm.local_id_next`, `cm.random_id_operand`).
+    pub fn new() -> Tables {
+        let random = RandomState::new().build_hasher().finish();
+        Tables {
+            local: OwnKeyMap::default(),
+            listen: HashMap::new(),
+            remote_id: HashMap::new(),
+            remote_qpn: HashMap::new(),
+            remote_sidr: HashMap::new(),
+            devices: OwnKeyMap::default(),
+            next_index: (random >> 32) as u32,
+            listen_service_id: FIRST_ASSIGNED_SERVICE_ID,
+            random_id_operand: random as u32,
+        }
+    }
+
     /// A local comm ID not in use: a cyclic counter XOR a per-process random
     /// value (`cm_alloc_id_priv`), inside `slice` when the MAD switch gave
     /// this process one. Never 0, which means "unknown" on the wire; `None`

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::event::CmEvent;
 use super::id::{CmIdPriv, Locked};
 use super::path::convert_to_ms;
-use super::tables::tables;
 use super::worker::{TimerWork, arm_timer, cancel_timer, queue_event};
 use crate::abi::ib_cm_event_type::IB_CM_TIMEWAIT_EXIT;
 use crate::abi::ib_cm_state::{IB_CM_IDLE, IB_CM_TIMEWAIT};
@@ -17,7 +16,7 @@ use crate::timer::TimerId;
 /// tables, so stale-connection and duplicate-REQ checks no longer see it.
 pub fn remove_remote(l: &mut Locked) {
     let guid = l.inner.remote_ca_guid;
-    let mut t = tables();
+    let mut t = l.id.device.cm.tables();
     if std::mem::take(&mut l.inner.remote_id_linked) {
         t.remote_id.remove(&(l.inner.remote_id, guid));
     }
@@ -34,11 +33,11 @@ pub fn enter_timewait(l: &mut Locked, why: &'static str) {
     l.inner.has_timewait_info = false;
     l.set_state(IB_CM_TIMEWAIT, why);
     if let Some(timer) = l.inner.timewait_timer.take() {
-        cancel_timer(timer);
+        cancel_timer(&l.id.device.cm, timer);
     }
     let wait = Duration::from_millis(u64::from(convert_to_ms(l.inner.av.timeout)));
     let work = TimerWork::TimewaitExit(l.id.me.clone());
-    l.inner.timewait_timer = Some(arm_timer(wait, work));
+    l.inner.timewait_timer = Some(arm_timer(&l.id.device.cm, wait, work));
 }
 
 /// `cm_reset_to_idle()`.

@@ -244,7 +244,7 @@ pub unsafe extern "C" fn ibcm_get_path_cache_counters(
         if counters.is_null() {
             return Err(null("counters").into());
         }
-        let cache = crate::sa::cache::process();
+        let cache = crate::cm::Cm::process().path_cache();
         let c = cache.counters();
         let out = ibcm_path_cache_counters {
             hits: c.hits,

@@ -69,7 +69,9 @@ pub extern "C" fn ib_sa_unregister_client(client: *mut ib_sa_client) {
 /// cbindgen:ignore
 #[unsafe(no_mangle)]
 pub extern "C" fn ib_sa_cancel_query(id: c_int, query: *mut ib_sa_query) {
-    guard((), || query::cancel(id, query as usize))
+    guard((), || {
+        query::cancel(crate::cm::Cm::process(), id, query as usize)
+    })
 }
 
 /// A C pointer handed back to the C callback on the worker thread.

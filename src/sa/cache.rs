@@ -42,7 +42,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ib_cm_engine::sa::cache::{Ask, PathTable};
@@ -361,14 +361,6 @@ impl<V: Copy> Drop for Lead<'_, V> {
         drop(table);
         self.flight.complete(self.outcome);
     }
-}
-
-static PROCESS: LazyLock<Arc<PathCache>> =
-    LazyLock::new(|| Arc::new(PathCache::new(Config::from_env())));
-
-/// The process's cache: what `ibcm_init_path` asks on InfiniBand ports.
-pub fn process() -> &'static Arc<PathCache> {
-    &PROCESS
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ impl Drop for Fixture {
 
 #[test]
 fn a_path_asked_twice_is_asked_of_the_sa_once() {
-    let f = Fixture::new(cache::process().clone());
+    let f = Fixture::new(crate::cm::Cm::process().path_cache().clone());
     let sa = FakeSa::open(Answer::Numbered);
     let first = f.path(1).unwrap();
     let second = f.path(1).unwrap();

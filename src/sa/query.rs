@@ -13,14 +13,13 @@
 //! close lock, and a closing device flushes this table.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, SyncSender, sync_channel};
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
-
-use parking_lot::Mutex;
 
 use super::client::ClientRef;
 use super::{EINTR, ETIMEDOUT, pathrec};
+use crate::cm::engine::Cm;
 use crate::cm::path::Path;
 use crate::cm::worker::{self, TimerWork};
 use crate::errno::{CmResult, EIO};
@@ -111,8 +110,9 @@ struct Query {
     client: Option<ClientRef>,
 }
 
+/// One engine's outstanding queries (`Cm::sa_queries`).
 #[derive(Default)]
-struct Table {
+pub struct Table {
     queries: HashMap<u32, Query>,
     last_id: u32,
 }
@@ -134,12 +134,10 @@ impl Table {
     }
 }
 
-static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
-
 /// Sends a new query and returns its id and handle. A failed first send is
 /// the caller's error, with no completion (as the kernel's `send_mad`).
-pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
-    submit_announced(new, |_, _| {})
+pub fn submit(cm: &Cm, new: NewQuery) -> CmResult<(i32, usize)> {
+    submit_announced(cm, new, |_, _| {})
 }
 
 /// `submit`, telling `announce` the query's id and handle before its first
@@ -147,10 +145,11 @@ pub fn submit(new: NewQuery) -> CmResult<(i32, usize)> {
 /// the callback) may come before this returns, and a callback that clears
 /// or frees where the caller keeps the handle must find it written already.
 pub fn submit_announced(
+    cm: &Cm,
     new: NewQuery,
     announce: impl FnOnce(i32, usize),
 ) -> CmResult<(i32, usize)> {
-    let mut table = TABLE.lock();
+    let mut table = cm.sa_queries.lock();
     let id = table.new_id();
     let mad = Box::new(new.query.encode(id));
     let handle = Box::new(id);
@@ -177,26 +176,26 @@ pub fn submit_announced(
         // Still there: the caller's error, with no completion. Gone: a close
         // (or an answer) took it while it was being sent and its outcome is
         // on the way, so the call must succeed, or it would complete twice.
-        if let Some(query) = take(id, |_| true) {
+        if let Some(query) = take(cm, id, |_| true) {
             drop(query);
             return Err(e);
         }
     }
-    arm_retry(id);
+    arm_retry(cm, id);
     Ok((id as i32, token))
 }
 
 /// Arms the retry timer of query `id`, unless it completed meanwhile.
-fn arm_retry(id: u32) {
-    let mut table = TABLE.lock();
+fn arm_retry(cm: &Cm, id: u32) {
+    let mut table = cm.sa_queries.lock();
     if let Some(query) = table.queries.get_mut(&id) {
-        query.timer = Some(worker::arm_timer(query.per_try, TimerWork::SaRetry(id)));
+        query.timer = Some(worker::arm_timer(cm, query.per_try, TimerWork::SaRetry(id)));
     }
 }
 
 /// Takes query `id` out of the table if `which` says it is the one meant.
-fn take(id: u32, which: impl FnOnce(&Query) -> bool) -> Option<Query> {
-    let mut table = TABLE.lock();
+fn take(cm: &Cm, id: u32, which: impl FnOnce(&Query) -> bool) -> Option<Query> {
+    let mut table = cm.sa_queries.lock();
     if !which(table.queries.get(&id)?) {
         return None;
     }
@@ -207,13 +206,13 @@ fn take(id: u32, which: impl FnOnce(&Query) -> bool) -> Option<Query> {
 /// the query of its TID (the record, or `-EINVAL` for an error status) if it
 /// comes from where the query went; anything else (a late or duplicate
 /// answer, another node's guess of a TID) is dropped.
-pub fn deliver(owner: usize, from: u16, mad: &Mad) {
+pub fn deliver(cm: &Cm, owner: usize, from: u16, mad: &Mad) {
     if mad[1] != super::MGMT_CLASS_SA || mad[3] != super::METHOD_GET_RESP {
         return;
     }
     let ours = |q: &Query| q.owner == owner && q.sa_lid == from;
-    if let Some(query) = take(super::tid_low(mad), ours) {
-        finish(query, pathrec::decode_response(mad));
+    if let Some(query) = take(cm, super::tid_low(mad), ours) {
+        finish(cm, query, pathrec::decode_response(mad));
     }
 }
 
@@ -221,8 +220,8 @@ pub fn deliver(owner: usize, from: u16, mad: &Mad) {
 /// when a blocked waiter on the worker stands in for it): resend, or complete
 /// with `-ETIMEDOUT` after the last try, as the MAD layer's
 /// `IB_WC_RESP_TIMEOUT_ERR`.
-pub fn retry_handler(id: u32, timer: Option<TimerId>) {
-    let mut table = TABLE.lock();
+pub fn retry_handler(cm: &Cm, id: u32, timer: Option<TimerId>) {
+    let mut table = cm.sa_queries.lock();
     let Some(query) = table.queries.get_mut(&id) else {
         return;
     };
@@ -230,43 +229,46 @@ pub fn retry_handler(id: u32, timer: Option<TimerId>) {
         return; // a timer of a try before: its query moved on
     }
     if let Some(old) = query.timer.take() {
-        worker::cancel_timer(old);
+        worker::cancel_timer(cm, old);
     }
     if query.retries_left == 0 {
         let query = table.queries.remove(&id);
         drop(table);
-        query.into_iter().for_each(|q| finish(q, Err(ETIMEDOUT)));
+        query
+            .into_iter()
+            .for_each(|q| finish(cm, q, Err(ETIMEDOUT)));
         return;
     }
     query.retries_left -= 1;
     let (mad, send) = (query.mad.clone(), query.send.clone());
     drop(table);
     match send(&mad) {
-        Ok(()) => arm_retry(id),
+        Ok(()) => arm_retry(cm, id),
         Err(e) => {
             crate::ibcm_log!(Debug, "SA query {id}: resend failed ({e:?})");
-            if let Some(query) = take(id, |_| true) {
-                finish(query, Err(EIO));
+            if let Some(query) = take(cm, id, |_| true) {
+                finish(cm, query, Err(EIO));
             }
         }
     }
 }
 
-/// `ib_sa_cancel_query(id, query)`: completes the query with `-EINTR`, as
-/// the MAD layer's flush; nothing if it is over (or `handle` is not its).
-pub fn cancel(id: i32, handle: usize) {
+/// `ib_sa_cancel_query(id, query)` on a query of `cm`: completes it with
+/// `-EINTR`, as the MAD layer's flush; nothing if it is over (or `handle` is
+/// not its).
+pub fn cancel(cm: &Cm, id: i32, handle: usize) {
     let Ok(id) = u32::try_from(id) else {
         return;
     };
-    if let Some(query) = take(id, |q| &*q.handle as *const u32 as usize == handle) {
-        finish(query, Err(EINTR));
+    if let Some(query) = take(cm, id, |q| &*q.handle as *const u32 as usize == handle) {
+        finish(cm, query, Err(EINTR));
     }
 }
 
 /// Device `owner` closes: each of its queries completes with `-EINTR`, as
 /// the kernel's flush of the SA agent when a device goes away.
-pub fn flush(owner: usize) {
-    let mut table = TABLE.lock();
+pub fn flush(cm: &Cm, owner: usize) {
+    let mut table = cm.sa_queries.lock();
     let ids: Vec<u32> = table
         .queries
         .iter()
@@ -278,14 +280,14 @@ pub fn flush(owner: usize) {
         .filter_map(|id| table.queries.remove(id))
         .collect();
     drop(table);
-    gone.into_iter().for_each(|q| finish(q, Err(EINTR)));
+    gone.into_iter().for_each(|q| finish(cm, q, Err(EINTR)));
 }
 
 /// Hands a taken query's outcome over: to its waiter at once, or to its
 /// callback on the worker. The client's hold goes once the callback returned.
-fn finish(mut query: Query, outcome: CmResult<Path>) {
+fn finish(cm: &Cm, mut query: Query, outcome: CmResult<Path>) {
     if let Some(timer) = query.timer.take() {
-        worker::cancel_timer(timer);
+        worker::cancel_timer(cm, timer);
     }
     match query.done {
         Completion::Waiter(waiter) => {
@@ -296,10 +298,13 @@ fn finish(mut query: Query, outcome: CmResult<Path>) {
         Completion::Callback(callback) => {
             let client = query.client.take();
             let outcome = outcome.map_err(super::kernel_errno);
-            worker::queue_sa_callback(Box::new(move || {
-                callback(outcome);
-                drop(client);
-            }));
+            worker::queue_sa_callback(
+                cm,
+                Box::new(move || {
+                    callback(outcome);
+                    drop(client);
+                }),
+            );
         }
     }
 }
@@ -308,18 +313,18 @@ fn finish(mut query: Query, outcome: CmResult<Path>) {
 /// what `ibcm_init_path` does. Off the worker, the wheel's timers drive the
 /// retries and the wait is a safety bound; on the worker (a CM handler calls
 /// it) no timer can fire meanwhile, so the waiter drives them itself.
-pub fn wait_for(start: impl FnOnce(Completion) -> CmResult<NewQuery>) -> CmResult<Path> {
+pub fn wait_for(cm: &Cm, start: impl FnOnce(Completion) -> CmResult<NewQuery>) -> CmResult<Path> {
     let (tx, rx) = sync_channel(1);
     let new = start(Completion::Waiter(tx))?;
     let per_try = new.timing.per_try;
     let total = per_try * (new.timing.retries + 1);
-    let (id, _) = submit(new)?;
+    let (id, _) = submit(cm, new)?;
     let id = id as u32;
     if worker::on_worker() {
         loop {
             match rx.recv_timeout(per_try) {
                 Ok(outcome) => return outcome,
-                Err(RecvTimeoutError::Timeout) => retry_handler(id, None),
+                Err(RecvTimeoutError::Timeout) => retry_handler(cm, id, None),
                 Err(RecvTimeoutError::Disconnected) => return Err(EIO),
             }
         }
@@ -327,13 +332,13 @@ pub fn wait_for(start: impl FnOnce(Completion) -> CmResult<NewQuery>) -> CmResul
     // The worker may be busy for a while: a generous bound over the timeout.
     const SLACK: Duration = Duration::from_secs(10);
     rx.recv_timeout(total + SLACK).unwrap_or_else(|_| {
-        drop(take(id, |_| true));
+        drop(take(cm, id, |_| true));
         Err(ETIMEDOUT)
     })
 }
 
 /// How many queries are outstanding (tests).
 #[cfg(test)]
-pub fn outstanding() -> usize {
-    TABLE.lock().queries.len()
+pub fn outstanding(cm: &Cm) -> usize {
+    cm.sa_queries.lock().queries.len()
 }

@@ -184,7 +184,7 @@ impl Drop for Fixture {
 
 /// Everything queued so far ran: a second callback would have by now.
 fn settle() {
-    assert!(worker::wait_for_queued_work(WAIT));
+    assert!(worker::wait_for_queued_work(crate::cm::Cm::process(), WAIT));
 }
 
 #[test]
@@ -195,7 +195,7 @@ fn no_answer_calls_back_once_with_etimedout_after_every_retry() {
     assert_eq!(f.queries_sent(), 3, "the first try and 2 retries");
     settle();
     assert!(outcomes.try_recv().is_err(), "one callback only");
-    assert_eq!(query::outstanding(), 0);
+    assert_eq!(query::outstanding(crate::cm::Cm::process()), 0);
 }
 
 #[test]
@@ -211,7 +211,7 @@ fn an_answer_completes_the_query_with_its_record() {
     assert_eq!((path.dlid, path.slid), (7, 2));
     assert_eq!(path.dgid, f.query().rec.dgid);
     assert_eq!(f.queries_sent(), 1);
-    assert_eq!(query::outstanding(), 0);
+    assert_eq!(query::outstanding(crate::cm::Cm::process()), 0);
 }
 
 #[test]
@@ -229,9 +229,9 @@ fn an_error_status_calls_back_with_einval() {
 fn cancel_calls_back_once_with_eintr_and_never_again() {
     let f = Fixture::new();
     let (id, handle, outcomes) = f.start(QUICK);
-    query::cancel(id, handle);
+    query::cancel(crate::cm::Cm::process(), id, handle);
     assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(EINTR));
-    query::cancel(id, handle);
+    query::cancel(crate::cm::Cm::process(), id, handle);
     // Past the query's own timeout: its timer was cancelled with it.
     std::thread::sleep(QUICK.per_try * 4);
     settle();
@@ -243,10 +243,10 @@ fn cancel_calls_back_once_with_eintr_and_never_again() {
 fn cancel_of_a_finished_query_or_with_a_wrong_handle_does_nothing() {
     let f = Fixture::new();
     let (id, handle, outcomes) = f.start(QUICK);
-    query::cancel(id, handle + 1);
-    query::cancel(-1, handle);
+    query::cancel(crate::cm::Cm::process(), id, handle + 1);
+    query::cancel(crate::cm::Cm::process(), -1, handle);
     assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(ETIMEDOUT));
-    query::cancel(id, handle);
+    query::cancel(crate::cm::Cm::process(), id, handle);
     settle();
     assert!(outcomes.try_recv().is_err());
 }
@@ -289,7 +289,10 @@ fn a_waiting_query_gets_the_answer_or_etimedout() {
             client: None,
         })
     };
-    assert_eq!(query::wait_for(alone), Err(ETIMEDOUT));
+    assert_eq!(
+        query::wait_for(crate::cm::Cm::process(), alone),
+        Err(ETIMEDOUT)
+    );
 }
 
 #[test]
@@ -312,13 +315,16 @@ fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
         }
     };
     let never = Completion::Callback(Box::new(|_| panic!("no callback")));
-    assert_eq!(query::submit(new(0, never)).err(), Some(ENODEV));
-    assert_eq!(query::outstanding(), 0);
+    assert_eq!(
+        query::submit(crate::cm::Cm::process(), new(0, never)).err(),
+        Some(ENODEV)
+    );
+    assert_eq!(query::outstanding(crate::cm::Cm::process()), 0);
 
     sends.store(0, Ordering::SeqCst);
     let (tx, outcomes) = channel();
     let done = Completion::Callback(Box::new(move |outcome| tx.send(outcome).unwrap()));
-    query::submit(new(1, done)).unwrap();
+    query::submit(crate::cm::Cm::process(), new(1, done)).unwrap();
     assert_eq!(outcomes.recv_timeout(WAIT).unwrap(), Err(crate::errno::EIO));
     assert_eq!(sends.load(Ordering::SeqCst), 2);
     settle();
@@ -328,12 +334,12 @@ fn a_failed_first_send_is_the_callers_error_and_a_failed_resend_eio() {
 #[test]
 fn a_roce_port_has_no_sa_eagain_as_without_an_sm() {
     let _serial = SA_TESTS.lock();
-    let roce = Device::open_loop_as_roce(&loop_name()).unwrap();
+    let roce = Device::open_loop_as_roce(crate::cm::Cm::process(), &loop_name()).unwrap();
     let done = Completion::Callback(Box::new(|_| panic!("no callback")));
     let query = PathQuery::between([0; 16], [0; 16], 0xffff);
     let started = roce.start_path_query(1, query, QUICK, done, None);
     assert_eq!(started.err(), Some(crate::cm::worker::EAGAIN));
-    assert_eq!(query::outstanding(), 0);
+    assert_eq!(query::outstanding(crate::cm::Cm::process()), 0);
     roce.close();
 }
 
@@ -341,25 +347,28 @@ fn a_roce_port_has_no_sa_eagain_as_without_an_sm() {
 fn a_waiter_on_the_worker_resends_by_itself() {
     let _serial = SA_TESTS.lock();
     let (tx, outcome) = channel();
-    worker::queue_sa_callback(Box::new(move || {
-        let sends = Arc::new(AtomicU32::new(0));
-        let counted = sends.clone();
-        let waited = query::wait_for(|done| {
-            Ok(query::NewQuery {
-                owner: 1,
-                sa_lid: 0,
-                query: PathQuery::between([0; 16], [0; 16], 0xffff),
-                send: Arc::new(move |_| {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }),
-                timing: QUICK,
-                done,
-                client: None,
-            })
-        });
-        tx.send((waited, sends.load(Ordering::SeqCst))).unwrap();
-    }));
+    worker::queue_sa_callback(
+        crate::cm::Cm::process(),
+        Box::new(move || {
+            let sends = Arc::new(AtomicU32::new(0));
+            let counted = sends.clone();
+            let waited = query::wait_for(crate::cm::Cm::process(), |done| {
+                Ok(query::NewQuery {
+                    owner: 1,
+                    sa_lid: 0,
+                    query: PathQuery::between([0; 16], [0; 16], 0xffff),
+                    send: Arc::new(move |_| {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }),
+                    timing: QUICK,
+                    done,
+                    client: None,
+                })
+            });
+            tx.send((waited, sends.load(Ordering::SeqCst))).unwrap();
+        }),
+    );
     let (waited, sends) = outcome.recv_timeout(WAIT).unwrap();
     assert_eq!(waited, Err(ETIMEDOUT));
     assert_eq!(
@@ -388,7 +397,7 @@ fn unregister_waits_for_a_callback_in_progress() {
         .device
         .start_path_query(1, f.query(), QUICK, done, Some(hold))
         .unwrap();
-    query::cancel(id, handle);
+    query::cancel(crate::cm::Cm::process(), id, handle);
     entered.recv_timeout(WAIT).unwrap();
     let unregister = std::thread::spawn(move || {
         client::unregister(addr);
@@ -410,18 +419,21 @@ fn a_device_closing_during_the_first_send_gives_one_outcome_only() {
     // close_device on another thread runs between the query's insertion and
     // its first send: the flush completes the query, then the send finds
     // the device closed.
-    let submitted = query::submit(query::NewQuery {
-        owner: OWNER,
-        sa_lid: 0,
-        query: PathQuery::between([0; 16], [0; 16], 0xffff),
-        send: Arc::new(|_| {
-            query::flush(OWNER);
-            Err(ENODEV)
-        }),
-        timing: QUICK,
-        done,
-        client: None,
-    });
+    let submitted = query::submit(
+        crate::cm::Cm::process(),
+        query::NewQuery {
+            owner: OWNER,
+            sa_lid: 0,
+            query: PathQuery::between([0; 16], [0; 16], 0xffff),
+            send: Arc::new(|_| {
+                query::flush(crate::cm::Cm::process(), OWNER);
+                Err(ENODEV)
+            }),
+            timing: QUICK,
+            done,
+            client: None,
+        },
+    );
     settle();
     let callbacks: Vec<_> = outcomes.try_iter().collect();
     match submitted {
@@ -457,7 +469,7 @@ fn an_answer_from_a_lid_that_is_not_the_sms_is_dropped() {
     };
     liar.send(1, &victim, &lie).unwrap();
     liar.close();
-    query::cancel(id, handle);
+    query::cancel(crate::cm::Cm::process(), id, handle);
     assert_eq!(
         outcomes.recv_timeout(WAIT).unwrap().map(|p| p.dlid),
         Err(EINTR),
@@ -491,7 +503,7 @@ fn a_callback_may_start_the_next_query() {
     assert_eq!(outcomes.recv_timeout(WAIT).unwrap().unwrap().dlid, 7);
     settle();
     assert!(outcomes.try_recv().is_err());
-    assert_eq!(query::outstanding(), 0);
+    assert_eq!(query::outstanding(crate::cm::Cm::process()), 0);
 }
 
 #[test]
@@ -502,7 +514,7 @@ fn init_paths_wait_ends_with_a_documented_errno_when_its_device_closes() {
     // ibcm_init_path on an InfiniBand port: its thread waits for the SA.
     let waiter = std::thread::spawn(move || device.query_path(&port, &query));
     let until = std::time::Instant::now() + WAIT;
-    while query::outstanding() == 0 && std::time::Instant::now() < until {
+    while query::outstanding(crate::cm::Cm::process()) == 0 && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(1));
     }
     crate::cm::close_device(&f.device).unwrap();

@@ -1333,9 +1333,12 @@ fn recv_through_the_worker() -> (RecvFn, Receiver<u32>) {
     let tx = Mutex::new(tx);
     let recv: RecvFn = Arc::new(move |_, _, mad: Arc<Mad>| {
         let tx = tx.lock().unwrap().clone();
-        crate::cm::worker::queue_sa_callback(Box::new(move || {
-            let _ = tx.send(u32::from_be_bytes(mad[24..28].try_into().unwrap()));
-        }));
+        crate::cm::worker::queue_sa_callback(
+            crate::cm::Cm::process(),
+            Box::new(move || {
+                let _ = tx.send(u32::from_be_bytes(mad[24..28].try_into().unwrap()));
+            }),
+        );
     });
     (recv, rx)
 }

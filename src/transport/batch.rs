@@ -10,25 +10,30 @@
 //! Only the reader's own thread sees its batch: anything else queued
 //! meanwhile (a handler's event, a timer) wakes the worker as before.
 
-use std::cell::Cell;
+use std::cell::RefCell;
+use std::sync::Arc;
 
 /// Messages a reader takes per wait (`poll`, a blocking `recv`): a burst
 /// (1,000 REQs queued at once) costs one read per MAD and one wake-up of the
 /// worker per 64, and the worker starts on the first 64 while more arrive.
 pub const BURST: usize = 64;
 
-#[derive(Clone, Copy)]
+/// Whom a batch owes its wake-up: the worker of the engine its MADs went to.
+pub trait Wake: Send + Sync {
+    fn wake(&self);
+}
+
 enum Batch {
     /// Not receiving a batch: wake-ups happen at once.
     Off,
     /// In a batch, nothing owed yet.
     Open,
     /// In a batch, with this wake-up owed at its end.
-    Owed(fn()),
+    Owed(Arc<dyn Wake>),
 }
 
 thread_local! {
-    static BATCH: Cell<Batch> = const { Cell::new(Batch::Off) };
+    static BATCH: RefCell<Batch> = const { RefCell::new(Batch::Off) };
 }
 
 /// Pays the owed wake-up when the batch ends, also by a panic.
@@ -36,8 +41,8 @@ struct EndOfBatch;
 
 impl Drop for EndOfBatch {
     fn drop(&mut self) {
-        if let Batch::Owed(wake) = BATCH.with(|b| b.replace(Batch::Off)) {
-            wake();
+        if let Batch::Owed(waker) = BATCH.with(|b| b.replace(Batch::Off)) {
+            waker.wake();
         }
     }
 }
@@ -46,38 +51,63 @@ impl Drop for EndOfBatch {
 /// ask for ([`defer_wake`]) happen once, when it returns. Batches do not
 /// nest: an inner one is part of the outer.
 pub fn receive_batch<R>(receive: impl FnOnce() -> R) -> R {
-    if !matches!(BATCH.with(|b| b.get()), Batch::Off) {
+    if !BATCH.with(|b| matches!(*b.borrow(), Batch::Off)) {
         return receive();
     }
-    BATCH.with(|b| b.set(Batch::Open));
+    BATCH.with(|b| *b.borrow_mut() = Batch::Open);
     let _end = EndOfBatch;
     receive()
 }
 
-/// Owes `wake` to the end of this thread's batch, if it receives one (true);
-/// false when it does not, and the caller wakes at once. One wake-up is owed
-/// at a time: a batch hands its MADs to one worker.
-pub fn defer_wake(wake: fn()) -> bool {
-    BATCH.with(|b| match b.get() {
-        Batch::Off => false,
-        Batch::Open | Batch::Owed(_) => {
-            b.set(Batch::Owed(wake));
+/// Owes `waker`'s wake-up to the end of this thread's batch, if it receives
+/// one (true); false when it does not, and the caller wakes at once. One
+/// wake-up is owed at a time: a batch hands its MADs to one worker (one owed
+/// to another engine's worker before is paid at once).
+pub fn defer_wake<W: Wake + 'static>(waker: &Arc<W>) -> bool {
+    let earlier = BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        match &*b {
+            Batch::Off => Err(()),
+            Batch::Owed(owed) if std::ptr::addr_eq(Arc::as_ptr(owed), Arc::as_ptr(waker)) => {
+                Ok(None)
+            }
+            Batch::Open | Batch::Owed(_) => {
+                let new: Arc<dyn Wake> = waker.clone();
+                match std::mem::replace(&mut *b, Batch::Owed(new)) {
+                    Batch::Owed(earlier) => Ok(Some(earlier)),
+                    _ => Ok(None),
+                }
+            }
+        }
+    });
+    match earlier {
+        Err(()) => false,
+        Ok(earlier) => {
+            // Woken with the thread's batch no longer borrowed.
+            if let Some(earlier) = earlier {
+                earlier.wake();
+            }
             true
         }
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use std::cell::Cell;
+
     thread_local! {
         // Per thread: the wake-up runs on the batch's thread, and tests run
         // side by side.
         static WOKEN: Cell<usize> = const { Cell::new(0) };
     }
-    fn wake() {
-        WOKEN.with(|w| w.set(w.get() + 1));
+    struct Counting;
+    impl Wake for Counting {
+        fn wake(&self) {
+            WOKEN.with(|w| w.set(w.get() + 1));
+        }
     }
     fn woken() -> usize {
         WOKEN.with(|w| w.get())
@@ -85,6 +115,7 @@ mod tests {
 
     #[test]
     fn a_batch_wakes_once_at_its_end_and_outside_one_nothing_is_deferred() {
+        let wake = &Arc::new(Counting);
         let before = woken();
         assert!(!defer_wake(wake), "deferred outside a batch");
         receive_batch(|| {
@@ -102,15 +133,30 @@ mod tests {
 
     #[test]
     fn a_batch_ended_by_a_panic_still_wakes() {
+        let wake = &Arc::new(Counting);
         let before = woken();
-        let r = std::panic::catch_unwind(|| {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             receive_batch(|| {
                 defer_wake(wake);
                 panic!("in a batch");
             })
-        });
+        }));
         assert!(r.is_err());
         assert_eq!(woken(), before + 1);
         assert!(!defer_wake(wake), "the batch stayed open after the panic");
+    }
+
+    #[test]
+    fn a_batch_for_two_workers_wakes_each_once() {
+        let (a, b) = (&Arc::new(Counting), &Arc::new(Counting));
+        let before = woken();
+        receive_batch(|| {
+            assert!(defer_wake(a));
+            assert!(defer_wake(a));
+            assert_eq!(woken(), before);
+            assert!(defer_wake(b)); // a's wake-up is paid here
+            assert_eq!(woken(), before + 1);
+        });
+        assert_eq!(woken(), before + 2);
     }
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::RwLock;
 
 use super::counters::{Counter, PortCounters};
+use super::engine::Cm;
 use super::event_fd::EventQueue;
 use super::mra::AutoMra;
 use super::trace::{self, Dir};
@@ -97,6 +98,9 @@ impl Port {
 
 /// An open device.
 pub struct Device {
+    /// The engine it was opened in: its ids, MADs and timers are that
+    /// engine's.
+    pub cm: Arc<Cm>,
     pub name: String,
     pub node_guid: u64,
     /// `local_ca_ack_delay` (goes into REP TargetACKDelay and the REQ's local
@@ -300,7 +304,7 @@ impl Device {
     pub fn close(&self) {
         *self.closed.write() = true;
         self.transport.close();
-        query::flush(self as *const Device as usize);
+        query::flush(&self.cm, self as *const Device as usize);
         // Events of destroyed ids only; dropped after the queue's lock.
         drop(self.events.close());
     }

@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 
 use super::{CA_ACK_DELAY, DEFAULT_PKEY, Device, IB_MTU_4096, Identity, Port, open_state};
 use crate::cm::counters::PortCounters;
+use crate::cm::engine::Cm;
 use crate::cm::event_fd::EventQueue;
 use crate::cm::mra::AutoMra;
 use crate::cm::worker;
@@ -26,20 +27,23 @@ use crate::transport::{LostFn, MadAddr, MadTransport, RecvFn};
 use crate::wire::Mad;
 
 impl Device {
-    /// Opens `name`: `loopN` on the in-process fabric, else an RDMA device.
-    pub fn open(name: &str) -> CmResult<Arc<Device>> {
+    /// Opens `name` in `cm`: `loopN` on the in-process fabric, else an RDMA
+    /// device.
+    pub fn open(cm: &Arc<Cm>, name: &str) -> CmResult<Arc<Device>> {
         match LoopIdentity::from_name(name) {
-            Some(me) => Self::open_loop(name, me, LinkLayer::InfiniBand, CA_ACK_DELAY),
+            Some(me) => Self::open_loop(cm, name, me, LinkLayer::InfiniBand, CA_ACK_DELAY),
             None => {
                 if let Some(registered) = crate::transport::switch::register(name)? {
-                    return Self::open_switched(name, registered);
+                    return Self::open_switched(cm, name, registered);
                 }
                 let (sys, identity) = rdma_identity(name)?;
-                let device = Self::open_with(name, identity, |recv, _| {
-                    Ok(
-                        UmadTransport::open(&sys, recv, Some(crate::cm::worker::ports_changed))?
-                            as Arc<dyn MadTransport>,
-                    )
+                // The process's engine reads its umad ports on its worker;
+                // another engine's get a reader thread each.
+                let worker = cm
+                    .reads_umad()
+                    .then_some(crate::cm::worker::ports_changed as fn());
+                let device = Self::open_with(cm, name, identity, |recv, _| {
+                    Ok(UmadTransport::open(&sys, recv, worker)? as Arc<dyn MadTransport>)
                 })?;
                 device.watch_ports(sysfs::SYS_INFINIBAND);
                 Ok(device)
@@ -49,13 +53,13 @@ impl Device {
 
     /// An RDMA device whose ports the MAD switch (`ibcmd`) owns: the
     /// identity is the one it sent.
-    fn open_switched(name: &str, registered: Registered) -> CmResult<Arc<Device>> {
+    fn open_switched(cm: &Arc<Cm>, name: &str, registered: Registered) -> CmResult<Arc<Device>> {
         let identity = Identity {
             node_guid: registered.device.node_guid,
             ack_delay: registered.device.ack_delay,
             ports: registered.device.ports.clone(),
         };
-        let device = Self::open_with(name, identity, |recv, lost| {
+        let device = Self::open_with(cm, name, identity, |recv, lost| {
             Ok(SwitchTransport::start(name, registered, recv, lost)? as Arc<dyn MadTransport>)
         })?;
         // The daemon's ports are this host's: their sysfs is ours to read.
@@ -65,6 +69,7 @@ impl Device {
 
     /// A device of the in-process fabric: one port of `link_layer`.
     fn open_loop(
+        cm: &Arc<Cm>,
         name: &str,
         me: LoopIdentity,
         link_layer: LinkLayer,
@@ -93,7 +98,7 @@ impl Device {
                 }],
             }],
         };
-        Self::open_with(name, identity, |recv, _| {
+        Self::open_with(cm, name, identity, |recv, _| {
             Ok(LoopTransport::open(me, recv)? as Arc<dyn MadTransport>)
         })
     }
@@ -101,17 +106,21 @@ impl Device {
     /// A loop device whose port says Ethernet: the engine tests of branches
     /// the kernel takes only on RoCE ports (the fabric itself is the same).
     #[cfg(test)]
-    pub fn open_loop_as_roce(name: &str) -> CmResult<Arc<Device>> {
+    pub fn open_loop_as_roce(cm: &Arc<Cm>, name: &str) -> CmResult<Arc<Device>> {
         let me = LoopIdentity::from_name(name).ok_or(EINVAL)?;
-        Self::open_loop(name, me, LinkLayer::Ethernet, CA_ACK_DELAY)
+        Self::open_loop(cm, name, me, LinkLayer::Ethernet, CA_ACK_DELAY)
     }
 
     /// A loop device with the CA ACK delay of a real device other than rxe
     /// (the engine tests of what the delay sets).
     #[cfg(test)]
-    pub fn open_loop_with_ack_delay(name: &str, ack_delay: u8) -> CmResult<Arc<Device>> {
+    pub fn open_loop_with_ack_delay(
+        cm: &Arc<Cm>,
+        name: &str,
+        ack_delay: u8,
+    ) -> CmResult<Arc<Device>> {
         let me = LoopIdentity::from_name(name).ok_or(EINVAL)?;
-        Self::open_loop(name, me, LinkLayer::InfiniBand, ack_delay)
+        Self::open_loop(cm, name, me, LinkLayer::InfiniBand, ack_delay)
     }
 
     /// Builds the device around the transport `open` makes; received MADs go
@@ -119,6 +128,7 @@ impl Device {
     /// that the transport lost the wire (umad and loop transports never
     /// report it: a removed umad port fails its sends instead).
     fn open_with(
+        cm: &Arc<Cm>,
         name: &str,
         identity: Identity,
         open: impl FnOnce(RecvFn, LostFn) -> CmResult<Arc<dyn MadTransport>>,
@@ -133,7 +143,8 @@ impl Device {
                     if mad[1] == MGMT_CLASS_SA {
                         // An SA answer: completes its query here; only the
                         // query's callback waits for the worker.
-                        query::deliver(Arc::as_ptr(&device) as usize, addr.dlid, &mad);
+                        let owner = Arc::as_ptr(&device) as usize;
+                        query::deliver(&device.cm, owner, addr.dlid, &mad);
                     } else {
                         worker::queue_recv(device, port, addr, mad);
                     }
@@ -150,6 +161,7 @@ impl Device {
                 Arc::new(ClosedTransport)
             });
             Device {
+                cm: cm.clone(),
                 name: name.to_owned(),
                 node_guid: identity.node_guid,
                 ack_delay: identity.ack_delay,

@@ -10,7 +10,7 @@ use crate::cm::worker;
 use crate::cm::worker::EAGAIN;
 use crate::errno::{CmResult, EHOSTUNREACH, EINVAL, EIO, ENODEV, EOPNOTSUPP};
 use crate::refusal::{Rule, refuse};
-use crate::sa::cache::{self, PathCache, PortId, PortView};
+use crate::sa::cache::{PathCache, PortId, PortView};
 use crate::sa::query::{self, Completion, NewQuery, Timing};
 use crate::sa::{self, PathQuery};
 use crate::transport::MadAddr;
@@ -62,9 +62,12 @@ impl Device {
             .map_err(sa::kernel_errno)
     }
 
-    /// The cache this device's paths are kept in: the process's (or a test's).
+    /// The cache this device's paths are kept in: its engine's (or a
+    /// test's).
     pub fn path_cache(&self) -> &PathCache {
-        self.own_path_cache.get().unwrap_or(cache::process())
+        self.own_path_cache
+            .get()
+            .unwrap_or_else(|| self.cm.path_cache())
     }
 
     /// Port `port_num` as every process of the host knows it.
@@ -160,12 +163,13 @@ impl Device {
     /// when a send failed.
     pub fn query_path(&self, port: &Port, query: &PathQuery) -> CmResult<Path> {
         let timing = Timing::split(sa::DEFAULT_TIMEOUT_MS, sa::DEFAULT_RETRIES);
-        query::wait_for(|done| self.path_query(port, *query, timing, done, None)).map_err(|e| {
-            match e {
-                sa::EINTR => ENODEV,
-                EAGAIN | sa::ETIMEDOUT | EINVAL | ENODEV | EOPNOTSUPP | sa::BUSY => e,
-                _ => EIO,
-            }
+        query::wait_for(&self.cm, |done| {
+            self.path_query(port, *query, timing, done, None)
+        })
+        .map_err(|e| match e {
+            sa::EINTR => ENODEV,
+            EAGAIN | sa::ETIMEDOUT | EINVAL | ENODEV | EOPNOTSUPP | sa::BUSY => e,
+            _ => EIO,
         })
     }
 
@@ -197,7 +201,7 @@ impl Device {
     ) -> CmResult<(i32, usize)> {
         let port = self.port(port_num)?;
         let new = self.path_query(port, query, timing, done, client)?;
-        query::submit_announced(new, announce)
+        query::submit_announced(&self.cm, new, announce)
     }
 
     /// A query to the SM of `port`, sent on this device.

@@ -16,7 +16,6 @@ use crate::cm::mra::{PeerMsg, auto_mra, format_mra};
 use crate::cm::path::{Path, REC_TYPE_IB, av_timeout, convert_to_ms};
 use crate::cm::recv::Received;
 use crate::cm::rej::{format_rej, issue_rej, send_rej_locked};
-use crate::cm::tables::tables;
 use crate::cm::worker::queue_event;
 use crate::cm::{create_child_id, dreq, listen};
 use crate::wire::req::CM_REQ_PRIVATE_DATA;
@@ -115,7 +114,7 @@ pub fn req_handler(work: Received) {
     };
     let guid = req.local_ca_guid;
     let listener = {
-        let t = tables();
+        let t = work.device.cm.tables();
         // cm_match_req(): a duplicate, a stale connection, or no listener.
         if let Some(cur) = t.find_remote_id(guid, req.local_comm_id) {
             drop(t);
@@ -265,7 +264,7 @@ fn reject_invalid_gid(work: &Received, l: &mut Locked) {
 
 /// Enters a passive connection in the remote-id and remote-QPN tables.
 fn link_remote(l: &mut Locked, id: &Arc<CmIdPriv>) {
-    let mut t = tables();
+    let mut t = l.id.device.cm.tables();
     let guid = l.inner.remote_ca_guid;
     t.remote_id
         .insert((l.inner.remote_id, guid), Arc::downgrade(id));

@@ -10,7 +10,6 @@ use super::*;
 use crate::cm::device::Device;
 use crate::cm::path::{ack_timeout, convert_to_ms};
 use crate::cm::qp_attr::QPS_RTS;
-use crate::cm::tables::tables;
 use crate::cm::{
     close_device, create_id, destroy_id, init_qp_attr, listen, send_dreq, send_rep, send_req,
     send_rtu,
@@ -21,11 +20,7 @@ const A_ACK_DELAY: u8 = 18;
 const B_ACK_DELAY: u8 = 9;
 
 fn open_with_ack_delay(ack_delay: u8) -> Arc<Device> {
-    let device = Device::open_loop_with_ack_delay(&loop_name(), ack_delay).unwrap();
-    tables()
-        .devices
-        .insert(Arc::as_ptr(&device) as usize, device.clone());
-    device
+    crate::cm::open_loop_device_with_ack_delay(&loop_name(), ack_delay).unwrap()
 }
 
 #[test]

@@ -69,9 +69,12 @@ fn process_events_from_an_sa_callback_does_not_stall_the_worker() {
     let from_callback = Arc::new(Mutex::new(None));
     {
         let (fd_dev, from_callback) = (fd_dev.clone(), from_callback.clone());
-        queue_sa_callback(Box::new(move || {
-            *from_callback.lock() = Some(process_device_events(&fd_dev, 1));
-        }));
+        queue_sa_callback(
+            crate::cm::Cm::process(),
+            Box::new(move || {
+                *from_callback.lock() = Some(process_device_events(&fd_dev, 1));
+            }),
+        );
     }
     queue_event(&worker_id, CmEvent::bare(IB_CM_USER_ESTABLISHED));
 

@@ -29,7 +29,7 @@ fn fd_mode_close_after_listener_destroyed_is_not_ebusy() {
     send_req(&active, &req_params(&a, &b)).unwrap();
     // The new id is made on the worker; its REQ_RECEIVED waits in B's queue.
     wait_until("the new id and its event exist", || {
-        b.id_count() == 2 && b.events.len() == 1
+        b.id_count() == 2 && b.events.queued() == 1
     });
     destroy_id(&listener, 0);
     destroy_id(&active, 0);
@@ -100,7 +100,7 @@ fn fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     params.max_cm_retries = 15;
     send_req(&active, &params).unwrap();
     wait_until("the new id and its event exist", || {
-        b.id_count() == 2 && b.events.len() == 1
+        b.id_count() == 2 && b.events.queued() == 1
     });
     assert_eq!(process_device_events(&b, 1), Ok(1));
     assert_eq!(panics.load(Ordering::SeqCst), 1);
@@ -109,7 +109,7 @@ fn fd_mode_panicking_req_received_frees_its_id_and_backlog_place() {
     // Its retransmission is a new request, not a duplicate of the lost one.
     // The new id is in the tables before its event is queued: wait for both.
     wait_until("the retransmitted REQ made a new id and its event", || {
-        b.id_count() == 2 && b.events.len() == 1
+        b.id_count() == 2 && b.events.queued() == 1
     });
     assert_eq!(process_device_events(&b, 1), Ok(1));
     assert_eq!(panics.load(Ordering::SeqCst), 2);
@@ -149,7 +149,7 @@ fn fd_mode_handler_closes_its_own_device() {
     let active = create_id(&a, rec.handler()).unwrap();
     send_req(&active, &req_params(&a, &b)).unwrap();
     wait_until("the new id and its event exist", || {
-        b.id_count() == 2 && b.events.len() == 1
+        b.id_count() == 2 && b.events.queued() == 1
     });
     assert_eq!(process_device_events(&b, 64), Ok(1));
     assert_eq!(*closed.lock(), Some(Ok(())));
@@ -184,7 +184,7 @@ fn log_orphan_sidr_req_forgotten_does_not_claim_a_sidr_rep_was_sent() {
     };
     send_sidr_req(&active, &params).unwrap();
     wait_until("the new id and its event exist", || {
-        b.id_count() == 2 && b.events.len() == 1
+        b.id_count() == 2 && b.events.queued() == 1
     });
     destroy_id(&listener, 0);
     assert_eq!(process_device_events(&b, 64), Ok(1));

@@ -252,7 +252,7 @@ fn destroy_in_sidr_req_rcvd_with_failing_send_forgets_the_request() {
     crate::cm::destroy_id(&passive, 0);
     assert_eq!(passive.state(), IB_CM_IDLE);
     let me = Arc::downgrade(&passive);
-    let t = crate::cm::tables::tables();
+    let t = crate::cm::Cm::process().tables();
     assert!(!t.remote_sidr.values().any(|w| w.ptr_eq(&me)));
     drop(t);
     pair.finish(&[]);

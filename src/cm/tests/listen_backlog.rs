@@ -11,7 +11,6 @@ use super::*;
 use crate::abi::ib_cm_sidr_status::IB_SIDR_UNSUPPORTED;
 use crate::cm::counters::attr_index;
 use crate::cm::listen::LISTEN_BACKLOG;
-use crate::cm::tables::tables;
 use crate::cm::worker::{process_device_events, queue_checked};
 use crate::cm::{SidrRepParams, SidrReqParams, destroy_id, send_req, send_sidr_rep, send_sidr_req};
 use crate::wire::attr;
@@ -281,7 +280,10 @@ fn backlog_counts_new_ids_until_their_request_event_is_handled() {
     let n = queue_request(&|| send_req(&a2, &params).unwrap());
     assert_eq!(backlog(), 1);
     let local_id = u32::from_be(a2.public.local_id.load(Ordering::Relaxed));
-    let dropped = tables().find_remote_id(pair.a.node_guid, local_id).unwrap();
+    let dropped = crate::cm::Cm::process()
+        .tables()
+        .find_remote_id(pair.a.node_guid, local_id)
+        .unwrap();
     destroy_id(&dropped, 0);
     assert_eq!(backlog(), 0);
     gate.release(n);

@@ -29,6 +29,7 @@ mod sidr;
 mod switched;
 mod teardown;
 mod untrusted_peers;
+mod virtual_clock;
 mod worker_panics;
 mod xrc;
 
@@ -96,6 +97,13 @@ impl Recorder {
     pub fn handler(self: &Arc<Self>) -> Handler {
         let rec = self.clone();
         Arc::new(move |id, ev| rec.record(id, ev))
+    }
+
+    /// Forgets what was seen and every policy: the new ids and handlers
+    /// they hold (an id's handler holds this recorder) go.
+    pub fn clear(&self) {
+        self.seen.lock().clear();
+        self.policies.lock().clear();
     }
 
     /// Sets what the handler does for `event` (default: nothing, return 0).

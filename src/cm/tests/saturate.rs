@@ -19,7 +19,6 @@ use crate::cm::device::Device;
 use crate::cm::event::EventParam;
 use crate::cm::path::{ack_timeout, convert_to_ms};
 use crate::cm::qp_attr::{QPS_RTR, QPS_RTS};
-use crate::cm::tables::tables;
 use crate::cm::worker::{cancel_timer, wait_for_queued_work};
 use crate::cm::{init_qp_attr, send_mra, send_req};
 use crate::wire::mra::CM_MRA_SERVICE_TIMEOUT;
@@ -41,9 +40,12 @@ fn tracked(id: &Arc<CmIdPriv>) -> (ib_cm_state, u8, u32) {
 /// repeated REQ while it still knows the connection).
 fn fire_retransmit_now(id: &Arc<CmIdPriv>) {
     let timer = id.lock().inner.msg.as_ref().expect("a tracked MAD").timer;
-    cancel_timer(timer);
+    cancel_timer(crate::cm::Cm::process(), timer);
     crate::cm::send::retransmit_handler(id, timer);
-    assert!(wait_for_queued_work(Duration::from_secs(10)));
+    assert!(wait_for_queued_work(
+        crate::cm::Cm::process(),
+        Duration::from_secs(10)
+    ));
 }
 
 /// B's REQ_RECEIVED takes no action (B's user thinks) and records the
@@ -64,11 +66,7 @@ fn b_keeps_reqs_unanswered(pair: &Pair) -> Arc<Mutex<Option<(u8, u8)>>> {
 }
 
 fn open_with_ack_delay(ack_delay: u8) -> Arc<Device> {
-    let device = Device::open_loop_with_ack_delay(&loop_name(), ack_delay).unwrap();
-    tables()
-        .devices
-        .insert(Arc::as_ptr(&device) as usize, device.clone());
-    device
+    crate::cm::open_loop_device_with_ack_delay(&loop_name(), ack_delay).unwrap()
 }
 
 #[test]

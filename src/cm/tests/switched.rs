@@ -301,7 +301,10 @@ fn expect_flush(
 fn expect_no_more(pair: &Pair, id: &Arc<CmIdPriv>, before: usize, after: &[ib_cm_event_type]) {
     let period = u64::from(id.lock().inner.timeout_ms.max(1));
     std::thread::sleep(Duration::from_millis(2 * period + 20));
-    assert!(super::super::worker::wait_for_queued_work(WAIT));
+    assert!(super::super::worker::wait_for_queued_work(
+        crate::cm::Cm::process(),
+        WAIT
+    ));
     assert_eq!(&pair.rec.events_of(id)[before..], after);
 }
 
@@ -370,7 +373,10 @@ fn daemon_gone_req_rcvd_unanswered_gets_rep_error_and_idle() {
     pair.rec.on(IB_CM_REQ_RECEIVED, Arc::new(|_, _| 0)); // B thinks it over
     super::super::send_req(&pair.active, &slow_req(&pair)).unwrap();
     let passive = pair.rec.wait(None, IB_CM_REQ_RECEIVED).new_id.unwrap();
-    assert!(super::super::worker::wait_for_queued_work(WAIT));
+    assert!(super::super::worker::wait_for_queued_work(
+        crate::cm::Cm::process(),
+        WAIT
+    ));
     assert_eq!(passive.state(), IB_CM_REQ_RCVD);
     let before = expect_flush(&pair, daemon, &passive, IB_CM_REP_ERROR, IB_CM_IDLE);
     expect_no_more(&pair, &passive, before, &[IB_CM_REP_ERROR]);
@@ -506,7 +512,10 @@ fn daemon_gone_listener_idle_and_sidr_req_rcvd_get_nothing() {
     };
     crate::cm::send_sidr_req(&pair.active, &sidr).unwrap();
     let sidr_b = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
-    assert!(super::super::worker::wait_for_queued_work(WAIT));
+    assert!(super::super::worker::wait_for_queued_work(
+        crate::cm::Cm::process(),
+        WAIT
+    ));
     assert_eq!(sidr_b.state(), IB_CM_SIDR_REQ_RCVD);
     let ids = [&pair.listener, &idle, &sidr_b];
     let before: Vec<usize> = ids.iter().map(|id| pair.rec.events_of(id).len()).collect();
@@ -543,7 +552,10 @@ fn daemon_gone_in_fd_mode_the_event_waits_for_process_events() {
     drop(daemon);
     // The flush moved the id (under its lock, before queueing the event).
     wait_state(&passive, IB_CM_TIMEWAIT);
-    assert!(super::super::worker::wait_for_queued_work(WAIT));
+    assert!(super::super::worker::wait_for_queued_work(
+        crate::cm::Cm::process(),
+        WAIT
+    ));
     assert_eq!(
         pair.rec.events_of(&passive).len(),
         before,
@@ -623,7 +635,10 @@ fn daemon_gone_while_ids_are_destroyed_gives_each_live_id_one_event() {
     for id in live {
         pair.rec.wait(Some(id), IB_CM_TIMEWAIT_EXIT);
     }
-    assert!(super::super::worker::wait_for_queued_work(WAIT));
+    assert!(super::super::worker::wait_for_queued_work(
+        crate::cm::Cm::process(),
+        WAIT
+    ));
     let dreq_errors = |id: &Arc<CmIdPriv>| {
         let events = pair.rec.events_of(id);
         events.iter().filter(|&&e| e == IB_CM_DREQ_ERROR).count()

@@ -31,9 +31,10 @@ pub use handler::{
 };
 #[cfg(test)]
 pub use panics::panicked;
+pub(crate) use queue::pending;
 pub use queue::{
-    RX_QUEUE_CAP, arm_timer, cancel_timer, pending, ports_changed, queue_checked,
-    queue_device_lost, queue_event, queue_recv, queue_sa_callback, wait_for_queued_work,
+    RX_QUEUE_CAP, Worker, arm_timer, cancel_timer, ports_changed, queue_checked, queue_device_lost,
+    queue_event, queue_recv, queue_sa_callback, wait_for_queued_work,
 };
 pub use thread::start;
 

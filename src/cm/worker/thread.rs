@@ -2,7 +2,7 @@
 //! and the umad ports it reads, and each work item and timer it runs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -11,9 +11,10 @@ use parking_lot::{Mutex, MutexGuard};
 use super::fault;
 use super::handler::{ON_WORKER, deliver, recover_lost_event};
 use super::panics::contain;
-use super::queue::{IN_POLL, PUSHED, QUEUE, TAKEN};
+use super::queue::Worker;
 use super::{EAGAIN, TimerWork, Work};
 use crate::cm::device::Device;
+use crate::cm::engine::Cm;
 use crate::cm::{lost, recv, send, timewait};
 use crate::errno::CmResult;
 use crate::ibcm_log;
@@ -21,16 +22,18 @@ use crate::timer::TimerId;
 use crate::transport::{self, MadAddr};
 use crate::wire::Mad;
 
-/// Starts the worker thread unless it runs already: `ibcm_open_device` calls
-/// this first, so a device is never open without a worker.
-pub fn start() -> CmResult {
-    static STARTED: StartOnce = StartOnce::new();
-    STARTED.ensure(|| {
+/// Starts `cm`'s worker thread unless it runs already: `open_device` calls
+/// this first, so a device is never open without a worker. The thread holds
+/// the worker, not the engine: it ends once the engine is gone.
+pub fn start(cm: &Cm) -> CmResult {
+    cm.worker.started.ensure(|| {
+        let worker = cm.worker.clone();
+        let cm = cm.me.clone();
         std::thread::Builder::new()
             .name("ibcm-worker".into())
-            .spawn(|| {
+            .spawn(move || {
                 crate::os::sys::block_all_signals();
-                run();
+                run(&worker, &cm);
             })
             .map(drop)
     })
@@ -84,28 +87,28 @@ const SPIN: Duration = Duration::from_micros(50);
 /// Not on a single CPU (the worker's affinity): there the work can only come once the worker gives
 /// the CPU up, and each look is a `sched_yield` that finds nobody else to
 /// run while the peer's answer is on the wire, 50 µs of CPU for nothing.
-fn spin_for_work() {
+fn spin_for_work(worker: &Worker) {
     // The worker's own affinity, not `available_parallelism`: a CPU quota of
     // one CPU on a larger machine still runs the reader beside the worker.
     static ONE_CPU: LazyLock<bool> = LazyLock::new(|| crate::os::sys::cpus_in_affinity() == 1);
     if *ONE_CPU {
         return;
     }
-    let seen = PUSHED.load(Ordering::Acquire);
+    let seen = worker.pushed.load(Ordering::Acquire);
     let until = Instant::now() + SPIN;
-    while PUSHED.load(Ordering::Acquire) == seen && Instant::now() < until {
+    while worker.pushed.load(Ordering::Acquire) == seen && Instant::now() < until {
         // Kernel umad ports the worker reads: a look at them too (a MAD
         // read is queued, and ends the spin).
-        if transport::umad::worker_ports_registered() {
+        if worker.polls_umad() {
             look_at_ports(Some(Duration::ZERO));
         }
         std::thread::yield_now();
     }
 }
 
-fn run() {
+fn run(worker: &Worker, cm: &Weak<Cm>) {
     ON_WORKER.with(|w| w.set(true));
-    let (queue, ready) = &*QUEUE;
+    let (queue, ready) = (&worker.queue, &worker.ready);
     let mut timers = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -116,7 +119,10 @@ fn run() {
             let mut q = queue.lock();
             let mut spun = false;
             loop {
-                let now = Instant::now();
+                if worker.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                let now = worker.clock.now();
                 while let Some(due) = q.timers.pop_due(now) {
                     timers.push(due);
                 }
@@ -134,44 +140,46 @@ fn run() {
                 }
                 if !spun {
                     spun = true;
-                    MutexGuard::unlocked(&mut q, spin_for_work);
+                    MutexGuard::unlocked(&mut q, || spin_for_work(worker));
                     continue;
                 }
-                if transport::umad::worker_ports_registered() {
+                if worker.polls_umad() {
                     // Kernel umad ports: the worker reads them itself, in
                     // `ppoll` on them and its eventfd until the next timer.
-                    // `IN_POLL` is set under the lock, after the queue was
+                    // `in_poll` is set under the lock, after the queue was
                     // found empty: a pusher that comes later writes the
                     // eventfd, which makes this poll (or one not yet begun)
                     // return.
-                    IN_POLL.store(true, Ordering::SeqCst);
+                    worker.in_poll.store(true, Ordering::SeqCst);
                     let timeout = q
                         .timers
                         .next_deadline()
                         .map(|deadline| deadline.saturating_duration_since(Instant::now()));
                     MutexGuard::unlocked(&mut q, || look_at_ports(timeout));
-                    IN_POLL.store(false, Ordering::SeqCst);
+                    worker.in_poll.store(false, Ordering::SeqCst);
                     continue;
                 }
                 match q.timers.next_deadline() {
-                    Some(deadline) => {
+                    // A virtual clock moves only by `advance`, which wakes
+                    // the worker: a real deadline would mean nothing.
+                    Some(deadline) if !worker.clock.is_virtual() => {
                         ready.wait_until(&mut q, deadline);
                     }
-                    None => ready.wait(&mut q),
+                    _ => ready.wait(&mut q),
                 }
             }
-            TAKEN.store(batch.len(), Ordering::Relaxed);
+            worker.taken.store(batch.len(), Ordering::Relaxed);
         }
         for (timer, work) in timers.drain(..) {
-            if !contain("a timer", || fire(timer, &work, false)) {
-                contain("a lost timer", || fire(timer, &work, true));
+            if !contain("a timer", || fire(cm, timer, &work, false)) {
+                contain("a lost timer", || fire(cm, timer, &work, true));
             }
         }
         for work in batch.drain(..) {
-            TAKEN.fetch_sub(1, Ordering::Relaxed);
+            worker.taken.fetch_sub(1, Ordering::Relaxed);
             run_work(work);
         }
-        if backlog && transport::umad::worker_ports_registered() {
+        if backlog && worker.polls_umad() {
             look_at_ports(Some(Duration::ZERO));
         }
     }
@@ -259,7 +267,7 @@ fn handle_recv(device: &Arc<Device>, port: u8, addr: MadAddr, mad: Arc<Mad>, arr
 /// Runs the timer `timer`. `lost`: a panic dropped its first run, and
 /// nothing else would ever end what it stood for (the kernel's MAD layer
 /// always completes a send): this run makes good for it.
-fn fire(timer: TimerId, work: &TimerWork, lost: bool) {
+fn fire(cm: &Weak<Cm>, timer: TimerId, work: &TimerWork, lost: bool) {
     match work {
         TimerWork::Retransmit(id) => {
             if let Some(id) = id.upgrade() {
@@ -283,7 +291,9 @@ fn fire(timer: TimerId, work: &TimerWork, lost: bool) {
         // Run again as if no timer were meant (the first run may have let go
         // of it), it resends or times the query out.
         TimerWork::SaRetry(query) => {
-            crate::sa::query::retry_handler(*query, (!lost).then_some(timer));
+            if let Some(cm) = cm.upgrade() {
+                crate::sa::query::retry_handler(&cm, *query, (!lost).then_some(timer));
+            }
         }
     }
 }
