@@ -493,6 +493,7 @@ pub struct SidrReplyParams {
     /// Up to 136 bytes.
     pub private_data: Vec<u8>,
     /// Enhanced connection establishment (vendor ID, attribute modifier).
+    /// Of the vendor ID only bits 15..0 are sent, as Linux sends them.
     pub ece: (u32, u32),
 }
 

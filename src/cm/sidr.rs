@@ -88,7 +88,7 @@ fn send_sidr_rep_locked(l: &mut Locked, p: &SidrRepParams) -> CmResult {
         request_id: l.inner.remote_id,
         status: p.status,
         info_length: p.info.len() as u8,
-        vendor_id: p.ece.0 & 0x00ff_ffff,
+        vendor_id: SidrRep::vendor_id_as_linux_sends(p.ece.0),
         qpn: p.qp_num & 0x00ff_ffff,
         service_id: l.inner.service_id,
         qkey: p.qkey,

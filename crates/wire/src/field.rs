@@ -65,6 +65,16 @@ impl Field {
         MAD_HDR_SIZE + (self.cm_offset & !(self.size() - 1))
     }
 
+    /// The field's width in bits.
+    pub const fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// The largest value the field holds (all `width` bits set).
+    pub const fn max_value(&self) -> u32 {
+        u32::MAX >> (32 - self.width)
+    }
+
     /// The field's bits within the container value, as the kernel's `GENMASK(...)`.
     pub const fn mask(&self) -> u32 {
         (u32::MAX >> (32 - self.width)) << self.shift()
@@ -139,6 +149,11 @@ impl Field64 {
         MAD_HDR_SIZE + self.cm_offset
     }
 
+    /// The field's width in bits: 64.
+    pub const fn width(&self) -> u32 {
+        64
+    }
+
     /// Reads the field (host order).
     #[inline(always)]
     pub fn get(&self, mad: &Mad) -> u64 {
@@ -170,6 +185,11 @@ impl<const N: usize> FieldBytes<N> {
             "field beyond the MAD"
         );
         Self { cm_offset }
+    }
+
+    /// The field's width in bits: `N * 8`.
+    pub const fn width(&self) -> u32 {
+        N as u32 * 8
     }
 
     /// The MAD bytes this field occupies.

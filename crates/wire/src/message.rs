@@ -27,6 +27,21 @@
 //!   whose members sit in the consts given, collected in a `Group` of
 //!   descriptors (`PathFields`).
 //! - `header attr_mod`: the MAD header's attribute modifier (ECE).
+//!
+//! A description that cannot be right does not build: a mistyped width or
+//! type would otherwise make a codec that cuts bits off without a word, and
+//! only a golden test that happens to use a large value would notice. Each
+//! field's descriptor is a `const`, so `Field::new` and friends (field.rs)
+//! already refuse a field outside its container or beyond the MAD; the
+//! macro adds, as `const _: () = assert!(…)` items:
+//!
+//! - a field narrower than its type needs (an enum's largest discriminant)
+//!   or wider than its type holds (a `u8` in 9 bits; a `bool` in more than
+//!   one), by the `Widths` of the type's conversion;
+//! - a `max N` that does not fit the field's width, or is its largest
+//!   value and so refuses nothing;
+//! - a `split` whose parts reach above the `u32`'s bit 31, hold the same
+//!   bit twice, or leave a bit between 0 and the highest unheld.
 
 use crate::field::{Field, Field64, FieldBytes};
 use crate::{DecodeError, Mad, MsgResponse, ReqPath, TransportType};
@@ -40,6 +55,17 @@ pub(crate) trait WireValue<D>: Sized {
     /// Reads the value through `d`; `name`, the descriptor's const name, is
     /// what a `DecodeError` for a reserved value names.
     fn take(d: &D, name: &'static str, mad: &Mad) -> Result<Self, DecodeError>;
+}
+
+/// The widths of wire field `D` that a type's conversion is right for: what
+/// the checks `cm_message!` makes hold each one-field description to.
+pub(crate) trait Widths<D> {
+    /// Narrower, `encode` would cut off values the type holds (an enum's
+    /// largest discriminant).
+    const NARROWEST: u32;
+    /// Wider, `decode` would cut off what the field holds (`raw as u8`) or
+    /// fold it into fewer values (a `bool`'s `raw != 0`).
+    const WIDEST: u32;
 }
 
 /// The value a field has in a zeroed MAD: what the generated `Default` gives
@@ -68,10 +94,14 @@ impl<const N: usize> Zero for [u8; N] {
 
 /// The conversions that cannot fail: `put` turns the value into what the
 /// descriptor's `set` takes, `take` turns what its `get` gives back into the
-/// value. Inlined, like `Field`'s accessors: every descriptor is a const, so
-/// each field's conversion folds into its loads and stores.
+/// value, and `widths` are its `Widths`. An integer field may be narrower
+/// than its type: `encode` drops the bits above the width, as the kernel's
+/// `FIELD_PREP` does (a 24-bit QPN from a `u32`). Inlined, like `Field`'s
+/// accessors: every descriptor is a const, so each field's conversion folds
+/// into its loads and stores.
 macro_rules! conversions {
-    ($($value:ty => $desc:ty: put |$v:ident| $put:expr, take |$raw:ident| $take:expr;)*) => {
+    ($($value:ty => $desc:ty, widths $narrowest:literal..=$widest:literal:
+        put |$v:ident| $put:expr, take |$raw:ident| $take:expr;)*) => {
         $(impl WireValue<$desc> for $value {
             #[inline(always)]
             fn put(&self, d: &$desc, mad: &mut Mad) {
@@ -83,16 +113,20 @@ macro_rules! conversions {
                 let $raw = d.get(mad);
                 Ok($take)
             }
+        }
+        impl Widths<$desc> for $value {
+            const NARROWEST: u32 = $narrowest;
+            const WIDEST: u32 = $widest;
         })*
     };
 }
 conversions! {
-    u32 => Field: put |v| v, take |raw| raw;
-    u16 => Field: put |v| v.into(), take |raw| raw as u16;
-    u8 => Field: put |v| v.into(), take |raw| raw as u8;
+    u32 => Field, widths 1..=32: put |v| v, take |raw| raw;
+    u16 => Field, widths 1..=16: put |v| v.into(), take |raw| raw as u16;
+    u8 => Field, widths 1..=8: put |v| v.into(), take |raw| raw as u8;
     // A flag: `true` is 1; any nonzero value decodes as `true`.
-    bool => Field: put |v| v.into(), take |raw| raw != 0;
-    u64 => Field64: put |v| v, take |raw| raw;
+    bool => Field, widths 1..=1: put |v| v.into(), take |raw| raw != 0;
+    u64 => Field64, widths 64..=64: put |v| v, take |raw| raw;
 }
 
 impl<const N: usize> WireValue<FieldBytes<N>> for [u8; N] {
@@ -106,10 +140,18 @@ impl<const N: usize> WireValue<FieldBytes<N>> for [u8; N] {
     }
 }
 
-/// The enums (`MsgResponse`, `TransportType`): their discriminant on the
-/// wire; decode is the enum's own `from_wire`, which refuses a reserved value.
+/// The type already ties the array's length to the field's.
+impl<const N: usize> Widths<FieldBytes<N>> for [u8; N] {
+    const NARROWEST: u32 = N as u32 * 8;
+    const WIDEST: u32 = N as u32 * 8;
+}
+
+/// The enums (`MsgResponse`, `TransportType`), each with its largest
+/// variant: their discriminant on the wire; decode is the enum's own
+/// `from_wire`, which refuses a reserved value, so a field wider than the
+/// largest discriminant needs loses nothing unseen.
 macro_rules! enum_conversions {
-    ($($value:ty),*) => {
+    ($($value:ident: $largest:ident),*) => {
         $(impl WireValue<Field> for $value {
             #[inline(always)]
             fn put(&self, d: &Field, mad: &mut Mad) {
@@ -119,15 +161,68 @@ macro_rules! enum_conversions {
             fn take(d: &Field, name: &'static str, mad: &Mad) -> Result<Self, DecodeError> {
                 <$value>::from_wire(name, d.get(mad))
             }
+        }
+        impl Widths<Field> for $value {
+            const NARROWEST: u32 = u32::BITS - ($value::$largest as u32).leading_zeros();
+            const WIDEST: u32 = 32;
         })*
     };
 }
-enum_conversions!(MsgResponse, TransportType);
+enum_conversions!(MsgResponse: Other, TransportType: Xrc);
 
 /// A `u32` spread over `K` wire fields (REP's and SIDR_REP's vendor ID): each
 /// field holds the value shifted right by its shift, and they are or-ed back
 /// together shifted left.
 pub(crate) struct Split<const K: usize>(pub(crate) [(Field, u32); K]);
+
+impl<const K: usize> Split<K> {
+    /// The bits of the value part `i` holds (none for a shift past the
+    /// `u32`, which `reaches_above_bit_31` refuses).
+    const fn part_bits(&self, i: usize) -> u64 {
+        let (field, shift) = self.0[i];
+        if shift >= 32 {
+            return 0;
+        }
+        ((1 << field.width()) - 1) << shift
+    }
+
+    /// Some part holds bits above the `u32`'s bit 31: `decode` would lose
+    /// them (or overflow its shift).
+    pub(crate) const fn reaches_above_bit_31(&self) -> bool {
+        let mut i = 0;
+        while i < K {
+            let (field, shift) = self.0[i];
+            if shift as u64 + field.width() as u64 > 32 {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
+
+    /// Two parts hold the same bit of the value.
+    pub(crate) const fn parts_overlap(&self) -> bool {
+        let (mut held, mut i) = (0, 0);
+        while i < K {
+            if held & self.part_bits(i) != 0 {
+                return true;
+            }
+            held |= self.part_bits(i);
+            i += 1;
+        }
+        false
+    }
+
+    /// A bit between 0 and the highest one held is held by no part.
+    pub(crate) const fn leaves_a_gap(&self) -> bool {
+        let (mut held, mut i) = (0u64, 0);
+        while i < K {
+            held |= self.part_bits(i);
+            i += 1;
+        }
+        held & (held + 1) != 0
+    }
+}
 
 impl<const K: usize> WireValue<Split<K>> for u32 {
     #[inline(always)]
@@ -253,6 +348,38 @@ macro_rules! cm_message {
     };
     (@check $mad:ident; $($spec:tt)*) => {};
 
+    // The compile-time checks of a field's description (the module doc's
+    // list): a wrong one fails the build instead of cutting bits off.
+    (@checks $msg:ident $field:ident $fty:ty;
+        split $($(#[$pdoc:meta])* >> $shift:literal $c:ident: $t:ty = $v:expr),+ $(,)?) => {
+        const _: () = {
+            let split = $crate::message::Split([$(($c, $shift)),+]);
+            assert!(!split.reaches_above_bit_31(), concat!(stringify!($msg), "::",
+                stringify!($field), ": a split part holds bits above the u32's bit 31"));
+            assert!(!split.parts_overlap(), concat!(stringify!($msg), "::",
+                stringify!($field), ": two split parts hold the same bit"));
+            assert!(!split.leaves_a_gap(), concat!(stringify!($msg), "::",
+                stringify!($field), ": the split parts' shifts leave a bit unheld"));
+        };
+    };
+    (@checks $msg:ident $field:ident $fty:ty; header attr_mod) => {};
+    // A group's members are checked by their descriptors' constructors; the
+    // types they convert to are the group's impl's business.
+    (@checks $msg:ident $field:ident $fty:ty;
+        $group:ident { $($member:ident => $c:ident: $t:ty = $v:expr),+ $(,)? }) => {};
+    (@checks $msg:ident $field:ident $fty:ty; $c:ident: $t:ty = $v:expr $(, max $max:expr)?) => {
+        const _: () = {
+            assert!($c.width() >= <$fty as $crate::message::Widths<$t>>::NARROWEST,
+                concat!(stringify!($c), ": narrower than ", stringify!($fty),
+                    " needs (encode would cut values off)"));
+            assert!($c.width() <= <$fty as $crate::message::Widths<$t>>::WIDEST,
+                concat!(stringify!($c), ": wider than ", stringify!($fty),
+                    " holds (decode would cut the field off)"));
+            $(assert!($max < $c.max_value(), concat!(stringify!($c), ": `max ",
+                stringify!($max), "` is not below the field's largest value"));)?
+        };
+    };
+
     (@attr_mod) => { 0 };
     (@attr_mod $attr_mod:ident) => { $attr_mod };
 
@@ -267,6 +394,7 @@ macro_rules! cm_message {
         pub fn decode($mad:ident: &$input:ty) -> Result<Self, $error:ty>;
     ) => {
         $($crate::message::cm_message!(@consts $msg $table $field $fty; [$(#[$fdoc])*] $($spec)*);)*
+        $($crate::message::cm_message!(@checks $msg $field $fty; $($spec)*);)*
 
         $(#[$sdoc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,6 +513,46 @@ mod tests {
         0x00ab_cdefu32.put(&split, &mut mad);
         assert_eq!((HIGH.get(&mad), LOW.get(&mad)), (0xab, 0xcdef));
         assert_eq!(u32::take(&split, "split", &mad), Ok(0x00ab_cdef));
+    }
+
+    /// What the generated split checks refuse: REP's and SIDR_REP's layouts
+    /// pass; an overlap, a gap and a part above bit 31 are each caught.
+    #[test]
+    fn split_checks_refuse_overlaps_gaps_and_bits_above_31() {
+        let (h8, m8, l8, h16) = (
+            Field::new(15, 8),
+            Field::new(19, 8),
+            Field::new(23, 8),
+            Field::new(6, 16),
+        );
+        let faults = |s: &Split<2>| {
+            (
+                s.reaches_above_bit_31(),
+                s.parts_overlap(),
+                s.leaves_a_gap(),
+            )
+        };
+        let rep = Split([(h8, 16), (m8, 8), (l8, 0)]);
+        assert_eq!(
+            (
+                rep.reaches_above_bit_31(),
+                rep.parts_overlap(),
+                rep.leaves_a_gap()
+            ),
+            (false, false, false)
+        );
+        assert_eq!(faults(&Split([(h16, 8), (l8, 0)])), (false, false, false));
+        assert_eq!(faults(&Split([(h16, 4), (l8, 0)])), (false, true, false));
+        assert_eq!(faults(&Split([(h16, 16), (l8, 0)])), (false, false, true));
+        assert!(faults(&Split([(h16, 24), (l8, 0)])).0);
+        assert!(faults(&Split([(h16, 40), (l8, 0)])).0);
+    }
+
+    /// An enum's narrowest field is what its largest discriminant needs.
+    #[test]
+    fn enums_need_the_bits_of_their_largest_discriminant() {
+        assert_eq!(<MsgResponse as Widths<Field>>::NARROWEST, 2);
+        assert_eq!(<TransportType as Widths<Field>>::NARROWEST, 2);
     }
 
     /// The attribute modifier sits big-endian in MAD bytes 20..24, where

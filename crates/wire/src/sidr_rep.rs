@@ -15,7 +15,8 @@ cm_message! {
         info_length: u8 {
             CM_SIDR_REP_ADDITIONAL_INFORMATION_LENGTH: Field = Field::new(5, 8), max 72
         },
-        /// 24 bits, from the H (16) and L (8) fields.
+        /// 24 bits, from the H (16) and L (8) fields as IBTA defines them. What
+        /// Linux sends for an `ece.vendor_id` is [`SidrRep::vendor_id_as_linux_sends`].
         vendor_id: u32 {
             split
             >> 8 CM_SIDR_REP_VENDOR_ID_H: Field = Field::new(6, 16),
@@ -36,6 +37,21 @@ cm_message! {
     /// Encodes as `cm_format_sidr_rep()` does.
     pub fn encode(&self, tid: u64, attr_mod: u32) -> Mad;
     pub fn decode(mad: &Mad) -> Result<Self, DecodeError>;
+}
+
+impl SidrRep {
+    /// The [`vendor_id`](SidrRep::vendor_id) of the SIDR_REP that Linux's
+    /// `cm_format_sidr_rep()` sends for `ece.vendor_id`. It writes
+    /// `IBA_SET(CM_SIDR_REP_VENDOR_ID_L, …, vendor_id & 0xFF)` and
+    /// `IBA_SET(CM_SIDR_REP_VENDOR_ID_H, …, (vendor_id >> 8) & 0xFF)`: the
+    /// 16-bit H field gets bits 15..8 in its low byte and 0 in its high byte,
+    /// so bits 23..16 never reach the wire (IBTA would put bits 23..8 in H).
+    /// Read back as H << 8 | L, that is the low 16 bits. No receiver sees the
+    /// difference from Linux: `cm_format_sidr_rep_event()` reads neither
+    /// field, and `struct ib_cm_sidr_rep_event_param` has no `ece`.
+    pub const fn vendor_id_as_linux_sends(ece_vendor_id: u32) -> u32 {
+        ece_vendor_id & 0xffff
+    }
 }
 
 #[cfg(test)]
@@ -70,6 +86,25 @@ mod tests {
         for rep in [distinct, max] {
             assert_eq!(SidrRep::decode(&rep.encode(3, 0)).unwrap(), rep);
         }
+    }
+
+    /// Linux 6.16 `cm_format_sidr_rep()` for `ece.vendor_id` 0x00ABCDEF: MAD
+    /// bytes 30..32 (VENDOR_ID_H, 16 bits) are 00 CD, byte 35 (VENDOR_ID_L)
+    /// is EF, and AB is nowhere; bits 31..24 change nothing either. What the
+    /// fields then read back as is 0xCDEF.
+    #[test]
+    fn sidr_rep_vendor_id_is_written_as_the_kernel_writes_it() {
+        let mut expected = crate::new_mad(attr::SIDR_REP, 1, 0);
+        expected[30..32].copy_from_slice(&[0x00, 0xcd]);
+        expected[35] = 0xef;
+        for ece_vendor_id in [0x00ab_cdef, 0xffab_cdef] {
+            let rep = SidrRep {
+                vendor_id: SidrRep::vendor_id_as_linux_sends(ece_vendor_id),
+                ..SidrRep::default()
+            };
+            assert_eq!(rep.encode(1, 0), expected, "{ece_vendor_id:#x}");
+        }
+        assert_eq!(SidrRep::decode(&expected).unwrap().vendor_id, 0xcdef);
     }
 
     #[test]

@@ -135,3 +135,41 @@ fn sidr_calls_in_the_wrong_state_or_with_too_much_data_are_einval() {
     assert_eq!(pair.active.state(), IB_CM_IDLE);
     pair.finish(&[]);
 }
+
+/// `cm_format_sidr_rep()` (Linux 6.16) puts `ece.attr_mod` in the MAD
+/// header and of `ece.vendor_id` only bits 15..0: `(vendor_id >> 8) & 0xFF`
+/// in the 16-bit VENDOR_ID_H (MAD bytes 30..32), `vendor_id & 0xFF` in
+/// VENDOR_ID_L (byte 35). For 0x00ABCDEF a peer sees 00 CD … EF, no AB.
+#[test]
+fn send_sidr_rep_puts_the_ece_on_the_wire_as_the_kernel_does() {
+    let pair = Pair::new();
+    let raw = Raw::open();
+    pair.rec.on(
+        IB_CM_SIDR_REQ_RECEIVED,
+        Arc::new(|id, _| {
+            let p = SidrRepParams {
+                qp_num: 0x12_3456,
+                ece: (0x00ab_cdef, 0x0102_0304),
+                ..SidrRepParams::default()
+            };
+            send_sidr_rep(id, &p).unwrap();
+            0
+        }),
+    );
+    let req = crate::wire::SidrReq {
+        request_id: 0x5151,
+        pkey: 0xffff,
+        service_id: SERVICE_ID,
+        ..crate::wire::SidrReq::default()
+    };
+    raw.send_to(&pair.b, &req.encode(9));
+    let passive = pair.rec.wait(None, IB_CM_SIDR_REQ_RECEIVED).new_id.unwrap();
+    let rep = raw.wait_for(1);
+    assert_eq!(rep[20..24], [0x01, 0x02, 0x03, 0x04], "attribute modifier");
+    assert_eq!(
+        rep[30..36],
+        [0x00, 0xcd, 0x12, 0x34, 0x56, 0xef],
+        "VENDOR_ID_H, QPN, VENDOR_ID_L"
+    );
+    pair.finish(&[&passive]);
+}
