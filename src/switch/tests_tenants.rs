@@ -718,7 +718,7 @@ fn measure_the_requests_routed_to_one_process() {
 
 #[test]
 fn the_quota_option_the_code_refers_to_exists() {
-    let ibcmd = include_str!("../bin/ibcmd.rs");
+    let ibcmd = include_str!("../bin/ibcmd/cli.rs");
     let doc = include_str!("../../docs/ibcmd.md");
     assert!(
         ibcmd.contains("\"--quota\""),
