@@ -3,7 +3,7 @@
 //! process's library the daemon is just another transport
 //! ([`crate::transport::switch`]); to the daemon a process is a socket, a
 //! slice of the local comm ID space and the service IDs it listens on.
-//! `src/bin/ibcmd.rs` is the thin binary around [`Switch`]; the protocol is
+//! `src/bin/ibcmd/` is the thin binary around [`Switch`]; the protocol is
 //! [`proto`]; routing is [`routing`].
 
 mod path_cache;

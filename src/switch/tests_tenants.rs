@@ -718,15 +718,15 @@ fn measure_the_requests_routed_to_one_process() {
 
 #[test]
 fn the_quota_option_the_code_refers_to_exists() {
-    let ibcmd = include_str!("../bin/ibcmd.rs");
+    let ibcmd = include_str!("../bin/ibcmd/cli.rs");
     let doc = include_str!("../../docs/ibcmd.md");
     assert!(
         ibcmd.contains("\"--quota\""),
-        "ibcmd has no --quota option (routing.rs's Quotas says `ibcmd --quota NAME=N`)"
+        "ibcmd's command line has no --quota (Quotas' doc says `ibcmd --quota NAME=N`)"
     );
     assert!(
         doc.contains("## Quotas") || doc.contains("### Quotas"),
-        "docs/ibcmd.md has no Quotas section (routing.rs's Quotas refers to it)"
+        "docs/ibcmd.md has no Quotas section (Quotas' doc refers to it)"
     );
 }
 
