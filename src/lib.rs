@@ -32,10 +32,10 @@ pub use ib_cm_wire::errno;
 pub use api::aio;
 pub use api::handler;
 pub use api::{
-    AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device, Error,
-    Event, Gid, IdleId, IncomingRequest, Listener, OutgoingRequest, Path, PathQuery, QpAttributes,
-    QpState, QpType, ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result, SendStatus,
-    SentReply, Side, State,
+    AddressVector, AlternatePath, ConnectRequest, ConnectRequestBuilder, Connection, Device,
+    Engine, Error, Event, Gid, IdleId, IncomingRequest, Listener, OutgoingRequest, Path, PathQuery,
+    QpAttributes, QpState, QpType, ReceivedReply, RejectReason, RepInfo, Reply, ReqInfo, Result,
+    SendStatus, SentReply, Side, State,
 };
 pub use api::{
     IncomingSidrRequest, OutgoingSidrRequest, SidrListener, SidrReply, SidrReplyParams,

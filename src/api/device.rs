@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::aio::StopSignal;
 use super::connection::{Connection, IdleId, OutgoingRequest};
+use super::engine::Engine;
 use super::error::{Result, call};
 use super::handle::IdHandle;
 use super::handler::{self, Handler, HandlerId, HandlerListener};
@@ -120,14 +121,20 @@ impl std::fmt::Debug for Device {
 }
 
 impl Device {
-    /// Opens device `name`. A device is open once per process:
-    /// `EBUSY` if it is open already (through this API or the C one),
-    /// `ENODEV` for a name that is no device.
+    /// Opens device `name` in the process's engine. A device is open once
+    /// per process: `EBUSY` if it is open already (through this API or the
+    /// C one), `ENODEV` for a name that is no device.
     pub fn open(name: &str) -> Result<Device> {
+        Self::open_in(&Engine::process(), name)
+    }
+
+    /// Opens device `name` in `engine` ([`Engine`]: a connection manager of
+    /// its own). `EBUSY` if it is open already, in this engine or another.
+    pub fn open_in(engine: &Engine, name: &str) -> Result<Device> {
         let engine = call("Device::open", || {
             // From the first device on, a forked child must not use the CM.
             crate::os::fork::register()?;
-            cm::open_device(name)
+            cm::open_device_in(&engine.0, name)
         })?;
         Ok(Device {
             shared: Arc::new(DeviceShared {

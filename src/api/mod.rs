@@ -45,6 +45,7 @@
 pub mod aio;
 mod connection;
 mod device;
+mod engine;
 mod error;
 mod event;
 #[cfg(test)]
@@ -65,6 +66,7 @@ mod types;
 
 pub use connection::{Connection, IdleId, OutgoingRequest, ReceivedReply, Side};
 pub use device::Device;
+pub use engine::Engine;
 pub use error::{Error, Result};
 pub use event::{Event, RepInfo, ReqInfo};
 pub use listener::{IncomingRequest, Listener, SentReply};

@@ -178,17 +178,23 @@ pub fn open_device(name: &str) -> CmResult<Arc<Device>> {
 
 /// Opens `name` in `cm`.
 pub fn open_device_in(cm: &Arc<Cm>, name: &str) -> CmResult<Arc<Device>> {
-    // A device is open at most once per engine (a second CM agent on a port
-    // would be refused by the kernel anyway; on the in-process fabric a
-    // loop device is one port of it, open once in the process).
-    if cm.tables().devices.values().any(|d| d.name == name) {
+    // A device is open at most once per process, whichever engine has it (a
+    // second CM agent on a port would be refused by the kernel anyway).
+    if !tables::claim_name(name) {
         return Err(refuse(EBUSY, Rule::Text("already open in this process")));
     }
     // Received MADs go to the worker: no device without one (-EAGAIN).
-    worker::start(cm)?;
-    let device = Device::open(cm, name)?;
-    register_device(&device);
-    Ok(device)
+    let opened = worker::start(cm).and_then(|()| Device::open(cm, name));
+    match opened {
+        Ok(device) => {
+            register_device(&device);
+            Ok(device)
+        }
+        Err(e) => {
+            tables::release_name(name);
+            Err(e)
+        }
+    }
 }
 
 /// Makes an opened device the engine's: ids can be made on it.
@@ -203,6 +209,9 @@ fn register_device(device: &Arc<Device>) {
 /// A loop device with a RoCE port, registered like `open_device` (tests).
 #[cfg(test)]
 pub fn open_roce_loop_device(name: &str) -> CmResult<Arc<Device>> {
+    if !tables::claim_name(name) {
+        return Err(EBUSY);
+    }
     let device = Device::open_loop_as_roce(Cm::process(), name)?;
     register_device(&device);
     Ok(device)
@@ -212,6 +221,9 @@ pub fn open_roce_loop_device(name: &str) -> CmResult<Arc<Device>> {
 /// `open_device` (tests).
 #[cfg(test)]
 pub fn open_loop_device_with_ack_delay(name: &str, ack_delay: u8) -> CmResult<Arc<Device>> {
+    if !tables::claim_name(name) {
+        return Err(EBUSY);
+    }
     let device = Device::open_loop_with_ack_delay(Cm::process(), name, ack_delay)?;
     register_device(&device);
     Ok(device)
@@ -258,6 +270,7 @@ pub fn close_device(device: &Arc<Device>) -> CmResult {
     t.release_when_no_device();
     drop(t);
     device.close();
+    tables::release_name(&device.name);
     tables::quarantine_device(device);
     Ok(())
 }

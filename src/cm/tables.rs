@@ -95,6 +95,26 @@ pub fn addresses(addr: usize) -> MutexGuard<'static, Addresses> {
     ADDRESSES[(addr >> 8) % ADDRESS_SHARDS].lock()
 }
 
+/// The names of the devices open in any engine of the process: a device is
+/// open once per process (the kernel refuses a second CM agent on a port,
+/// and a loop device is one port of the process's fabric).
+static OPEN_NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Marks `name` open; false if it is open already.
+pub fn claim_name(name: &str) -> bool {
+    let mut names = OPEN_NAMES.lock();
+    if names.iter().any(|n| n == name) {
+        return false;
+    }
+    names.push(name.to_owned());
+    true
+}
+
+/// `name` is closed (or its open failed).
+pub fn release_name(name: &str) {
+    OPEN_NAMES.lock().retain(|n| n != name);
+}
+
 /// Calls `f` on every id C can see (refusal lines count them).
 pub fn for_each_id(mut f: impl FnMut(&Arc<CmIdPriv>)) {
     for shard in ADDRESSES.iter() {

@@ -301,3 +301,21 @@ fn an_engine_dropped_with_nothing_left_ends_its_worker_thread() {
     // A clock that outlives its engines wakes nobody.
     clock.advance(Duration::from_secs(1));
 }
+
+#[test]
+fn a_device_open_in_one_engine_is_ebusy_in_another_until_closed() {
+    let (one, other) = (Cm::new(), Cm::new());
+    let name = loop_name();
+    let device = open_device_in(&one, &name).unwrap();
+    assert_eq!(
+        open_device_in(&other, &name).err(),
+        Some(crate::errno::EBUSY)
+    );
+    assert_eq!(
+        crate::cm::open_device(&name).err(),
+        Some(crate::errno::EBUSY)
+    );
+    crate::cm::close_device(&device).unwrap();
+    let again = open_device_in(&other, &name).unwrap();
+    crate::cm::close_device(&again).unwrap();
+}
