@@ -106,7 +106,8 @@ impl Cm {
 impl Drop for Cm {
     fn drop(&mut self) {
         // Nothing can queue work any more (devices and ids hold the engine):
-        // the worker thread, if one started, ends.
+        // the worker thread, if one started, runs what is queued (SA
+        // callbacks of a flush hold no engine) and ends.
         self.worker.stop();
     }
 }

@@ -301,3 +301,52 @@ fn an_engine_dropped_with_nothing_left_ends_its_worker_thread() {
     // A clock that outlives its engines wakes nobody.
     clock.advance(Duration::from_secs(1));
 }
+
+#[test]
+fn an_engine_dropped_with_an_sa_callback_queued_still_runs_it() {
+    use crate::sa::PathQuery;
+    use crate::sa::query::{self, Completion, NewQuery, Timing};
+    use std::sync::mpsc::channel;
+
+    let cm = Cm::new();
+    let device = open_device_in(&cm, &loop_name()).unwrap();
+    // The worker runs a first callback until the test lets it go.
+    let (running_tx, running) = channel();
+    let (release_tx, release) = channel::<()>();
+    crate::cm::worker::queue_sa_callback(
+        &cm,
+        Box::new(move || {
+            running_tx.send(()).unwrap();
+            let _ = release.recv_timeout(WAIT);
+        }),
+    );
+    running.recv_timeout(WAIT).unwrap();
+    // A query of the device's, nowhere near its timeout: the close flushes
+    // it, and its callback waits behind the first.
+    let (tx, outcome) = channel();
+    let new = NewQuery {
+        owner: Arc::as_ptr(&device) as usize,
+        sa_lid: 0,
+        query: PathQuery::between([0; 16], [0; 16], 0xffff),
+        send: Arc::new(|_| Ok(())),
+        timing: Timing {
+            per_try: WAIT,
+            retries: 0,
+        },
+        done: Completion::Callback(Box::new(move |o| {
+            let _ = tx.send(o);
+        })),
+        client: None,
+    };
+    query::submit(&cm, new).unwrap();
+    crate::cm::close_device(&device).unwrap();
+    // The engine goes with its last device while the callback is queued.
+    drop(device);
+    drop(cm);
+    release_tx.send(()).unwrap();
+    // Every query's callback runs once (the kernel's flush), engine or not.
+    assert_eq!(
+        outcome.recv_timeout(WAIT).map(|o| o.err()),
+        Ok(Some(crate::sa::EINTR))
+    );
+}

@@ -61,7 +61,8 @@ pub struct Worker {
     /// lock.
     pub(super) pushed: AtomicUsize,
     pub(super) started: StartOnce,
-    /// Set when the engine is gone: the thread ends.
+    /// Set when the engine is gone: the thread ends once it ran what was
+    /// queued.
     pub(super) stopped: AtomicBool,
     pub(crate) clock: Clock,
     /// The process's engine only: its worker reads the kernel umad ports.
@@ -111,7 +112,8 @@ impl Worker {
         self.ready.notify_one();
     }
 
-    /// The engine is gone: the thread ends once it sees this.
+    /// The engine is gone: the thread ends once it sees this and its queue
+    /// is empty.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         drop(self.queue.lock());
