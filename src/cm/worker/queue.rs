@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 #[cfg(test)]
 use super::fault;
-use super::handler::on_worker;
+use super::handler::on_worker_of;
 use super::panics::PANICKED;
 use super::thread::{StartOnce, start};
 use super::{TimerWork, Work};
@@ -136,11 +136,11 @@ impl Worker {
     /// load. Not the eventfd from the worker itself (what it read from its
     /// ports, a timer a handler armed): it looks at the queue before it
     /// waits again, and the write would only make its next `ppoll` return
-    /// at once.
+    /// at once. Another engine's worker is not this one: it writes it.
     fn wake(&self) {
         self.ready.notify_one();
         if self.in_poll.load(Ordering::Relaxed)
-            && !on_worker()
+            && !on_worker_of(self)
             && self.in_poll.swap(false, Ordering::SeqCst)
         {
             transport::umad::wake_worker_poll();

@@ -107,7 +107,7 @@ fn spin_for_work(worker: &Worker) {
 }
 
 fn run(worker: &Worker, cm: &Weak<Cm>) {
-    ON_WORKER.with(|w| w.set(true));
+    ON_WORKER.with(|w| w.set(worker as *const Worker as usize));
     let (queue, ready) = (&worker.queue, &worker.ready);
     let mut timers = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
