@@ -350,3 +350,22 @@ fn an_engine_dropped_with_an_sa_callback_queued_still_runs_it() {
         Ok(Some(crate::sa::EINTR))
     );
 }
+
+#[test]
+fn a_loop_device_open_in_another_engine_is_refused_with_the_reason() {
+    let (a, b) = (Cm::new(), Cm::new());
+    let name = loop_name();
+    let device = open_device_in(&a, &name).unwrap();
+    // The in-process fabric is the process's: `loopN` is one port of it,
+    // whichever engine has it open.
+    let refused = crate::refusal::for_call(|| open_device_in(&b, &name).map(drop));
+    let (errno, rule) = refused.unwrap_err();
+    assert_eq!(errno, crate::errno::EBUSY);
+    let rule = rule.map(|r| r.to_string()).unwrap_or_default();
+    assert!(rule.contains("open in another engine"), "{rule:?}");
+    assert_eq!(b.tables().devices.len(), 0);
+    crate::cm::close_device(&device).unwrap();
+    // Closed there, it opens here.
+    let device = open_device_in(&b, &name).unwrap();
+    crate::cm::close_device(&device).unwrap();
+}
