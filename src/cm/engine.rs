@@ -82,6 +82,12 @@ impl Cm {
         &self.path_cache
     }
 
+    /// Whether the calling thread is this engine's worker (another
+    /// engine's is not: this one's timers still fire meanwhile).
+    pub fn on_its_worker(&self) -> bool {
+        self.worker.is_current()
+    }
+
     /// Whether this engine's worker reads the kernel's umad ports itself.
     pub fn reads_umad(&self) -> bool {
         self.worker.reads_umad

@@ -123,6 +123,11 @@ impl Worker {
         }
     }
 
+    /// Whether the calling thread is this worker's (not another engine's).
+    pub(crate) fn is_current(&self) -> bool {
+        on_worker_of(self)
+    }
+
     /// Whether this worker reads kernel umad ports now.
     pub(super) fn polls_umad(&self) -> bool {
         self.reads_umad && transport::umad::worker_ports_registered()
