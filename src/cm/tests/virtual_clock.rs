@@ -369,3 +369,16 @@ fn a_loop_device_open_in_another_engine_is_refused_with_the_reason() {
     let device = open_device_in(&b, &name).unwrap();
     crate::cm::close_device(&device).unwrap();
 }
+
+#[test]
+fn an_engine_reads_its_path_cache_settings_at_the_first_path_lookup_not_at_its_open() {
+    // `IBCM_PATH_CACHE_TTL_MS` is read at the first call that uses the
+    // cache (ib_cm(7)): opening a device, the C library's first call, must
+    // not read it yet.
+    let cm = Cm::new();
+    let device = open_device_in(&cm, &loop_name()).unwrap();
+    assert!(!cm.path_cache_made(), "made before any path lookup");
+    let _ = device.path_cache().counters();
+    assert!(cm.path_cache_made());
+    crate::cm::close_device(&device).unwrap();
+}
