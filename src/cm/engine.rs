@@ -9,7 +9,7 @@
 //! [`Cm::with_clock`]). What stays process-wide is what a C pointer is
 //! checked against (`tables::addresses`), since C has no engine to name.
 
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -25,7 +25,9 @@ pub struct Cm {
     tables: Mutex<Tables>,
     pub(super) worker: Arc<Worker>,
     pub(crate) sa_queries: Mutex<query::Table>,
-    path_cache: Arc<PathCache>,
+    /// Made at the first path lookup: `IBCM_PATH_CACHE_TTL_MS` is read
+    /// then (ib_cm(7)), not when the engine is.
+    path_cache: OnceLock<Arc<PathCache>>,
     /// This engine, for the worker thread it starts.
     pub(super) me: Weak<Cm>,
 }
@@ -57,7 +59,7 @@ impl Cm {
             tables: Mutex::new(Tables::new()),
             worker: Arc::new(Worker::new(clock.clone(), reads_umad)),
             sa_queries: Mutex::default(),
-            path_cache: Arc::new(PathCache::new(Config::from_env())),
+            path_cache: OnceLock::new(),
             me: me.clone(),
         });
         if let Clock::Virtual(v) = &clock {
@@ -79,7 +81,20 @@ impl Cm {
 
     /// The path cache `ibcm_init_path` asks on InfiniBand ports.
     pub fn path_cache(&self) -> &Arc<PathCache> {
-        &self.path_cache
+        self.path_cache
+            .get_or_init(|| Arc::new(PathCache::new(Config::from_env())))
+    }
+
+    /// Whether the path cache was made (tests).
+    #[cfg(test)]
+    pub fn path_cache_made(&self) -> bool {
+        self.path_cache.get().is_some()
+    }
+
+    /// Whether the calling thread is this engine's worker (another
+    /// engine's is not: this one's timers still fire meanwhile).
+    pub fn on_its_worker(&self) -> bool {
+        self.worker.is_current()
     }
 
     /// Whether this engine's worker reads the kernel's umad ports itself.
@@ -106,7 +121,8 @@ impl Cm {
 impl Drop for Cm {
     fn drop(&mut self) {
         // Nothing can queue work any more (devices and ids hold the engine):
-        // the worker thread, if one started, ends.
+        // the worker thread, if one started, runs what is queued (SA
+        // callbacks of a flush hold no engine) and ends.
         self.worker.stop();
     }
 }

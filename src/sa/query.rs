@@ -310,9 +310,11 @@ fn finish(cm: &Cm, mut query: Query, outcome: CmResult<Path>) {
 }
 
 /// Sends the query `start` makes for a waiter, and waits for its outcome:
-/// what `ibcm_init_path` does. Off the worker, the wheel's timers drive the
-/// retries and the wait is a safety bound; on the worker (a CM handler calls
-/// it) no timer can fire meanwhile, so the waiter drives them itself.
+/// what `ibcm_init_path` does. Off `cm`'s worker, its wheel's timers drive
+/// the retries and the wait is a safety bound (also on another engine's
+/// worker: those timers still fire, on `cm`'s clock); on `cm`'s worker (a CM
+/// handler calls it) none can fire meanwhile, so the waiter drives them
+/// itself.
 pub fn wait_for(cm: &Cm, start: impl FnOnce(Completion) -> CmResult<NewQuery>) -> CmResult<Path> {
     let (tx, rx) = sync_channel(1);
     let new = start(Completion::Waiter(tx))?;
@@ -320,7 +322,7 @@ pub fn wait_for(cm: &Cm, start: impl FnOnce(Completion) -> CmResult<NewQuery>) -
     let total = per_try * (new.timing.retries + 1);
     let (id, _) = submit(cm, new)?;
     let id = id as u32;
-    if worker::on_worker() {
+    if cm.on_its_worker() {
         loop {
             match rx.recv_timeout(per_try) {
                 Ok(outcome) => return outcome,

@@ -521,3 +521,57 @@ fn init_paths_wait_ends_with_a_documented_errno_when_its_device_closes() {
     let got = waiter.join().unwrap().map(|p| p.dlid);
     assert_eq!(got, Err(ENODEV), "ibcm_init_path(3): the device was closed");
 }
+
+#[test]
+fn a_query_waited_for_on_another_engines_worker_is_resent_by_its_engines_timers() {
+    use crate::cm::engine::settle;
+    use crate::cm::{Clock, Cm, VirtualClock};
+    use crate::timer::TICK;
+
+    // The query's engine runs on a clock that moves only when told; the
+    // waiter blocks on the worker of another engine, whose handler asked.
+    let clock = VirtualClock::new();
+    let engine = Cm::with_clock(Clock::Virtual(clock.clone()));
+    let other = Cm::new();
+    let sends = Arc::new(AtomicU32::new(0));
+    let (tx, outcome) = channel();
+    let (waiter_engine, counted) = (engine.clone(), sends.clone());
+    worker::queue_sa_callback(
+        &other,
+        Box::new(move || {
+            let alone = |done| {
+                Ok(query::NewQuery {
+                    owner: 1,
+                    sa_lid: 0,
+                    query: PathQuery::between([0; 16], [0; 16], 0xffff),
+                    send: Arc::new(move |_| {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }),
+                    timing: QUICK,
+                    done,
+                    client: None,
+                })
+            };
+            tx.send(query::wait_for(&waiter_engine, alone)).unwrap();
+        }),
+    );
+    crate::cm::tests::wait_until("the first send", || sends.load(Ordering::SeqCst) == 1);
+    // Real time passes, the engine's does not: no try timed out on it.
+    std::thread::sleep(QUICK.per_try * 10);
+    assert_eq!(
+        sends.load(Ordering::SeqCst),
+        1,
+        "resent with no time passed"
+    );
+    assert_eq!(query::outstanding(&engine), 1);
+    // Each try's timeout on the engine's clock resends it; the last ends it.
+    for sent in 2..=3 {
+        clock.advance(QUICK.per_try + TICK);
+        assert!(settle(&[&engine], WAIT));
+        assert_eq!(sends.load(Ordering::SeqCst), sent);
+    }
+    clock.advance(QUICK.per_try + TICK);
+    assert_eq!(outcome.recv_timeout(WAIT).unwrap().err(), Some(ETIMEDOUT));
+    assert_eq!(sends.load(Ordering::SeqCst), 3);
+}

@@ -15,7 +15,8 @@ use crate::cm::mra::AutoMra;
 use crate::cm::worker;
 #[cfg(test)]
 use crate::errno::EINVAL;
-use crate::errno::{CmResult, ENETDOWN, ENODEV};
+use crate::errno::{CmResult, EBUSY, ENETDOWN, ENODEV};
+use crate::refusal::{Rule, refuse};
 use crate::sa::MGMT_CLASS_SA;
 use crate::sa::query;
 use crate::transport::loopback::{LoopIdentity, LoopTransport};
@@ -99,7 +100,17 @@ impl Device {
             }],
         };
         Self::open_with(cm, name, identity, |recv, _| {
-            Ok(LoopTransport::open(me, recv)? as Arc<dyn MadTransport>)
+            // The fabric is the process's: open here, the engine's own
+            // check (`open_device_in`) refused it before.
+            let transport = LoopTransport::open(me, recv).map_err(|e| {
+                if e == EBUSY {
+                    let why = "already open in another engine of this process (one fabric)";
+                    refuse(EBUSY, Rule::Text(why))
+                } else {
+                    e
+                }
+            })?;
+            Ok(transport as Arc<dyn MadTransport>)
         })
     }
 

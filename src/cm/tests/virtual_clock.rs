@@ -319,3 +319,84 @@ fn a_device_open_in_one_engine_is_ebusy_in_another_until_closed() {
     let again = open_device_in(&other, &name).unwrap();
     crate::cm::close_device(&again).unwrap();
 }
+
+#[test]
+fn an_engine_dropped_with_an_sa_callback_queued_still_runs_it() {
+    use crate::sa::PathQuery;
+    use crate::sa::query::{self, Completion, NewQuery, Timing};
+    use std::sync::mpsc::channel;
+
+    let cm = Cm::new();
+    let device = open_device_in(&cm, &loop_name()).unwrap();
+    // The worker runs a first callback until the test lets it go.
+    let (running_tx, running) = channel();
+    let (release_tx, release) = channel::<()>();
+    crate::cm::worker::queue_sa_callback(
+        &cm,
+        Box::new(move || {
+            running_tx.send(()).unwrap();
+            let _ = release.recv_timeout(WAIT);
+        }),
+    );
+    running.recv_timeout(WAIT).unwrap();
+    // A query of the device's, nowhere near its timeout: the close flushes
+    // it, and its callback waits behind the first.
+    let (tx, outcome) = channel();
+    let new = NewQuery {
+        owner: Arc::as_ptr(&device) as usize,
+        sa_lid: 0,
+        query: PathQuery::between([0; 16], [0; 16], 0xffff),
+        send: Arc::new(|_| Ok(())),
+        timing: Timing {
+            per_try: WAIT,
+            retries: 0,
+        },
+        done: Completion::Callback(Box::new(move |o| {
+            let _ = tx.send(o);
+        })),
+        client: None,
+    };
+    query::submit(&cm, new).unwrap();
+    crate::cm::close_device(&device).unwrap();
+    // The engine goes with its last device while the callback is queued.
+    drop(device);
+    drop(cm);
+    release_tx.send(()).unwrap();
+    // Every query's callback runs once (the kernel's flush), engine or not.
+    assert_eq!(
+        outcome.recv_timeout(WAIT).map(|o| o.err()),
+        Ok(Some(crate::sa::EINTR))
+    );
+}
+
+#[test]
+fn a_loop_device_open_in_another_engine_is_refused_with_the_reason() {
+    let (a, b) = (Cm::new(), Cm::new());
+    let name = loop_name();
+    let device = open_device_in(&a, &name).unwrap();
+    // The in-process fabric is the process's: `loopN` is one port of it,
+    // whichever engine has it open.
+    let refused = crate::refusal::for_call(|| open_device_in(&b, &name).map(drop));
+    let (errno, rule) = refused.unwrap_err();
+    assert_eq!(errno, crate::errno::EBUSY);
+    let rule = rule.map(|r| r.to_string()).unwrap_or_default();
+    assert!(rule.contains("already open in this process"), "{rule:?}");
+    assert_eq!(b.tables().devices.len(), 0);
+    crate::cm::close_device(&device).unwrap();
+    // Closed there, it opens here.
+    let device = open_device_in(&b, &name).unwrap();
+    crate::cm::close_device(&device).unwrap();
+}
+
+#[test]
+fn an_engine_reads_its_path_cache_settings_at_the_first_path_lookup_not_at_its_open() {
+    // `IBCM_PATH_CACHE_TTL_MS` is read at the first call that uses the
+    // cache (ib_cm(7)): opening a device, the C library's first call, must
+    // not read it yet.
+    let cm = Cm::new();
+    let device = open_device_in(&cm, &loop_name()).unwrap();
+    assert!(!cm.path_cache_made(), "made before any path lookup");
+    let _ = device.path_cache().counters();
+    assert!(cm.path_cache_made());
+    crate::cm::close_device(&device).unwrap();
+}

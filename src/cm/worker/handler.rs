@@ -5,6 +5,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::queue::Worker;
 use super::thread::run_work;
 use crate::cm::device::Device;
 use crate::cm::event::CmEvent;
@@ -17,8 +18,9 @@ thread_local! {
     /// The cm_id whose handler runs on this thread, and the listener whose
     /// callback guard that handler runs under (0: none).
     pub(super) static IN_HANDLER: Cell<[usize; 2]> = const { Cell::new([0; 2]) };
-    /// True on the worker thread.
-    pub(super) static ON_WORKER: Cell<bool> = const { Cell::new(false) };
+    /// On a worker thread: the address of the engine's `Worker` it runs
+    /// (0: none). Engines each have one.
+    pub(super) static ON_WORKER: Cell<usize> = const { Cell::new(0) };
 }
 
 /// `ibcm_process_events()`: runs up to `max` of `device`'s pending handler
@@ -80,9 +82,14 @@ fn run_device_events(device: &Device, max: usize) -> usize {
     taken
 }
 
-/// True on the worker thread, that is inside a handler.
+/// True on a worker thread (of any engine), that is inside a handler.
 pub fn on_worker() -> bool {
-    ON_WORKER.with(Cell::get)
+    ON_WORKER.with(Cell::get) != 0
+}
+
+/// True on the thread of `worker` itself (not another engine's).
+pub(super) fn on_worker_of(worker: &Worker) -> bool {
+    ON_WORKER.with(Cell::get) == worker as *const Worker as usize
 }
 
 /// True while the calling thread runs a handler: on the worker, or in

@@ -123,4 +123,37 @@ mod tests {
         );
         assert_eq!(spawned, 2);
     }
+
+    #[test]
+    fn a_worker_waiting_in_poll_is_woken_through_its_eventfd_by_another_engines_worker() {
+        use std::sync::atomic::Ordering;
+        use std::sync::mpsc::channel;
+
+        use crate::cm::engine::{Clock, Cm};
+        use crate::transport::batch::Wake;
+
+        // A worker that reads umad ports, waiting in `ppoll` on them: only
+        // its eventfd wakes it (which clears `in_poll`).
+        let polling = Arc::new(Worker::new(Clock::Real, true));
+        polling.in_poll.store(true, Ordering::SeqCst);
+        // Work queued for it from the worker thread of another engine (a
+        // handler there sending on a loop device of this engine's).
+        let other = Cm::new();
+        let (tx, woken) = channel();
+        let target = polling.clone();
+        queue_sa_callback(
+            &other,
+            Box::new(move || {
+                assert!(on_worker());
+                Wake::wake(&*target);
+                tx.send(!target.in_poll.load(Ordering::SeqCst)).unwrap();
+            }),
+        );
+        let woken = woken.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(
+            woken,
+            Ok(true),
+            "the eventfd of a worker in poll was not written"
+        );
+    }
 }

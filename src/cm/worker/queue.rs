@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 #[cfg(test)]
 use super::fault;
-use super::handler::on_worker;
+use super::handler::on_worker_of;
 use super::panics::PANICKED;
 use super::thread::{StartOnce, start};
 use super::{TimerWork, Work};
@@ -61,7 +61,8 @@ pub struct Worker {
     /// lock.
     pub(super) pushed: AtomicUsize,
     pub(super) started: StartOnce,
-    /// Set when the engine is gone: the thread ends.
+    /// Set when the engine is gone: the thread ends once it ran what was
+    /// queued.
     pub(super) stopped: AtomicBool,
     pub(crate) clock: Clock,
     /// The process's engine only: its worker reads the kernel umad ports.
@@ -111,7 +112,8 @@ impl Worker {
         self.ready.notify_one();
     }
 
-    /// The engine is gone: the thread ends once it sees this.
+    /// The engine is gone: the thread ends once it sees this and its queue
+    /// is empty.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         drop(self.queue.lock());
@@ -119,6 +121,11 @@ impl Worker {
         if self.reads_umad {
             transport::umad::wake_worker_poll();
         }
+    }
+
+    /// Whether the calling thread is this worker's (not another engine's).
+    pub(crate) fn is_current(&self) -> bool {
+        on_worker_of(self)
     }
 
     /// Whether this worker reads kernel umad ports now.
@@ -134,11 +141,11 @@ impl Worker {
     /// load. Not the eventfd from the worker itself (what it read from its
     /// ports, a timer a handler armed): it looks at the queue before it
     /// waits again, and the write would only make its next `ppoll` return
-    /// at once.
+    /// at once. Another engine's worker is not this one: it writes it.
     fn wake(&self) {
         self.ready.notify_one();
         if self.in_poll.load(Ordering::Relaxed)
-            && !on_worker()
+            && !on_worker_of(self)
             && self.in_poll.swap(false, Ordering::SeqCst)
         {
             transport::umad::wake_worker_poll();

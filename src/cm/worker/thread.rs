@@ -107,7 +107,7 @@ fn spin_for_work(worker: &Worker) {
 }
 
 fn run(worker: &Worker, cm: &Weak<Cm>) {
-    ON_WORKER.with(|w| w.set(true));
+    ON_WORKER.with(|w| w.set(worker as *const Worker as usize));
     let (queue, ready) = (&worker.queue, &worker.ready);
     let mut timers = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
@@ -119,7 +119,14 @@ fn run(worker: &Worker, cm: &Weak<Cm>) {
             let mut q = queue.lock();
             let mut spun = false;
             loop {
-                if worker.stopped.load(Ordering::Acquire) {
+                // The engine is gone: what it queued before still runs (an
+                // SA query's callback from the flush of its last device),
+                // then the thread ends. Nothing can queue more: that takes
+                // the engine.
+                if worker.stopped.load(Ordering::Acquire)
+                    && q.events.is_empty()
+                    && q.work.is_empty()
+                {
                     return;
                 }
                 let now = worker.clock.now();
