@@ -27,12 +27,7 @@ pub fn apr_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work
-        .device
-        .cm
-        .tables()
-        .acquire_id(apr.remote_comm_id, apr.local_comm_id)
-    else {
+    let Some(id) = work.acquire_id(apr.remote_comm_id, apr.local_comm_id) else {
         work.unmatched(); // an unmatched reply
         return;
     };

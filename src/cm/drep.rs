@@ -62,12 +62,7 @@ pub fn drep_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work
-        .device
-        .cm
-        .tables()
-        .acquire_id(drep.remote_comm_id, drep.local_comm_id)
-    else {
+    let Some(id) = work.acquire_id(drep.remote_comm_id, drep.local_comm_id) else {
         work.unmatched();
         return;
     };

@@ -78,12 +78,7 @@ pub fn dreq_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work
-        .device
-        .cm
-        .tables()
-        .acquire_id(dreq.remote_comm_id, dreq.local_comm_id)
-    else {
+    let Some(id) = work.acquire_id(dreq.remote_comm_id, dreq.local_comm_id) else {
         // Unknown, destroyed, or another connection's: answer statelessly.
         work.duplicate(attr::DREQ);
         issue_drep(&work, &dreq);

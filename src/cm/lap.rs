@@ -49,12 +49,7 @@ pub fn lap_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work
-        .device
-        .cm
-        .tables()
-        .acquire_id(lap.remote_comm_id, lap.local_comm_id)
-    else {
+    let Some(id) = work.acquire_id(lap.remote_comm_id, lap.local_comm_id) else {
         work.unmatched();
         return;
     };

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::counters::Counter;
 use super::device::Device;
+use super::id::CmIdPriv;
 use super::trace::{self, Dir};
 use super::{apr, drep, dreq, lap, mra, rej, rep, req, rtu, sidr};
 use crate::transport::MadAddr;
@@ -59,6 +60,11 @@ impl Received {
     pub fn duplicate(&self, attr_id: u16) {
         self.log_drop(&"duplicate");
         self.device.count(self.port, Counter::RxDuplicates, attr_id);
+    }
+
+    /// `cm_acquire_id()` in the tables of the engine this MAD came to.
+    pub fn acquire_id(&self, local_id: u32, remote_id: u32) -> Option<Arc<CmIdPriv>> {
+        self.device.cm.tables().acquire_id(local_id, remote_id)
     }
 
     /// Counts this MAD as dropped: no connection wants it (the kernel drops

@@ -111,12 +111,7 @@ fn rep_qpn(rep: &Rep, qp_type: i32) -> u32 {
 
 /// `cm_dup_rep_handler()`: our RTU was lost, so the peer resent its REP.
 fn dup_rep_handler(work: &Received, rep: &Rep) {
-    let Some(id) = work
-        .device
-        .cm
-        .tables()
-        .acquire_id(rep.remote_comm_id, rep.local_comm_id)
-    else {
+    let Some(id) = work.acquire_id(rep.remote_comm_id, rep.local_comm_id) else {
         work.unmatched();
         return;
     };
@@ -147,7 +142,7 @@ pub fn rep_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work.device.cm.tables().acquire_id(rep.remote_comm_id, 0) else {
+    let Some(id) = work.acquire_id(rep.remote_comm_id, 0) else {
         dup_rep_handler(&work, &rep);
         return;
     };

@@ -50,12 +50,7 @@ pub fn rtu_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work
-        .device
-        .cm
-        .tables()
-        .acquire_id(rtu.remote_comm_id, rtu.local_comm_id)
-    else {
+    let Some(id) = work.acquire_id(rtu.remote_comm_id, rtu.local_comm_id) else {
         work.unmatched();
         return;
     };

@@ -256,7 +256,7 @@ pub fn sidr_rep_handler(work: Received) {
         work.malformed();
         return;
     };
-    let Some(id) = work.device.cm.tables().acquire_id(rep.request_id, 0) else {
+    let Some(id) = work.acquire_id(rep.request_id, 0) else {
         work.unmatched();
         return;
     };

@@ -353,18 +353,7 @@ fn a_waiter_on_the_worker_resends_by_itself() {
             let sends = Arc::new(AtomicU32::new(0));
             let counted = sends.clone();
             let waited = query::wait_for(crate::cm::Cm::process(), |done| {
-                Ok(query::NewQuery {
-                    owner: 1,
-                    sa_lid: 0,
-                    query: PathQuery::between([0; 16], [0; 16], 0xffff),
-                    send: Arc::new(move |_| {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    }),
-                    timing: QUICK,
-                    done,
-                    client: None,
-                })
+                counted_query(counted, done)
             });
             tx.send((waited, sends.load(Ordering::SeqCst))).unwrap();
         }),
@@ -539,20 +528,7 @@ fn a_query_waited_for_on_another_engines_worker_is_resent_by_its_engines_timers(
     worker::queue_sa_callback(
         &other,
         Box::new(move || {
-            let alone = |done| {
-                Ok(query::NewQuery {
-                    owner: 1,
-                    sa_lid: 0,
-                    query: PathQuery::between([0; 16], [0; 16], 0xffff),
-                    send: Arc::new(move |_| {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    }),
-                    timing: QUICK,
-                    done,
-                    client: None,
-                })
-            };
+            let alone = |done| counted_query(counted, done);
             tx.send(query::wait_for(&waiter_engine, alone)).unwrap();
         }),
     );
@@ -574,4 +550,20 @@ fn a_query_waited_for_on_another_engines_worker_is_resent_by_its_engines_timers(
     clock.advance(QUICK.per_try + TICK);
     assert_eq!(outcome.recv_timeout(WAIT).unwrap().err(), Some(ETIMEDOUT));
     assert_eq!(sends.load(Ordering::SeqCst), 3);
+}
+
+/// A QUICK query of device 1 to LID 0 that counts its sends in `counted`.
+fn counted_query(counted: Arc<AtomicU32>, done: Completion) -> CmResult<query::NewQuery> {
+    Ok(query::NewQuery {
+        owner: 1,
+        sa_lid: 0,
+        query: PathQuery::between([0; 16], [0; 16], 0xffff),
+        send: Arc::new(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }),
+        timing: QUICK,
+        done,
+        client: None,
+    })
 }
